@@ -1,0 +1,88 @@
+// Command envd is the agent inside every sandbox: processes, files and
+// stateful code execution over Connect-RPC and HTTP. See README.md.
+//
+// Every flag can also be set through the environment: -default-user is
+// ENVD_DEFAULT_USER, and so on. A flag given on the command line wins.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/envd-dev/envd/internal/daemon"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "envd:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var cfg daemon.Config
+	fs := flag.NewFlagSet("envd", flag.ContinueOnError)
+	fs.StringVar(&cfg.Host, "host", "0.0.0.0", "address to listen on")
+	fs.IntVar(&cfg.Port, "port", 49983, "port of the envd API (processes, files, HTTP API, and the code API too)")
+	fs.IntVar(&cfg.CodePort, "code-port", 49999, "port of the code-interpreter API; 0 turns it off")
+	fs.StringVar(&cfg.DefaultUser, "default-user", "", "user that requests run as when they name none (default: `user` if it exists, else envd's own account)")
+	fs.StringVar(&cfg.AccessToken, "access-token", "", "token every request but /health must carry in X-Access-Token (default: none)")
+	vsockPort := fs.Uint("vsock-port", 0, "also listen on this AF_VSOCK port (0: off)")
+	fs.StringVar(&cfg.UnixSocket, "unix-socket", "", "also listen on this unix socket path")
+	fs.BoolVar(&cfg.NoJupyter, "no-jupyter", false, "run without code execution")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	version := fs.Bool("version", false, "print the version and exit")
+	if err := fromEnv(fs); err != nil {
+		return err
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return err
+	}
+	if *version {
+		fmt.Println(daemon.Version)
+		return nil
+	}
+	cfg.VsockPort = uint32(*vsockPort)
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch *logFormat {
+	case "text":
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, hopts))
+	case "json":
+		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, hopts))
+	default:
+		return fmt.Errorf("-log-format %q: want text or json", *logFormat)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// A client that hangs up mid-write must not kill envd.
+	signal.Ignore(syscall.SIGPIPE)
+	return daemon.Run(ctx, cfg)
+}
+
+// fromEnv sets each flag from ENVD_<NAME> (dashes as underscores) when that
+// variable is set; flags parsed later override it.
+func fromEnv(fs *flag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "ENVD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && err == nil {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", name, v, e)
+			}
+		}
+	})
+	return err
+}

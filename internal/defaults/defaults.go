@@ -1,0 +1,84 @@
+// Package defaults holds the sandbox-wide settings the orchestrator may
+// change at run time through POST /init: the environment every process gets,
+// the user a request runs as when it names none, and the default working
+// directory. Every getter returns a copy, so callers never share state.
+package defaults
+
+import (
+	"maps"
+	"sync"
+
+	"github.com/envd-dev/envd/internal/identity"
+)
+
+// Defaults is safe for concurrent use.
+type Defaults struct {
+	mu      sync.RWMutex
+	user    string            // guarded by mu
+	workdir string            // guarded by mu
+	env     map[string]string // guarded by mu; set by /init
+	fixed   map[string]string // set once by New; /init cannot override these
+}
+
+// New returns settings with the given default user and the variables envd
+// always sets (E2B_SANDBOX and the like), which /init cannot replace.
+func New(user string, fixed map[string]string) *Defaults {
+	return &Defaults{user: user, fixed: maps.Clone(fixed)}
+}
+
+// UserName is the name of the default user.
+func (d *Defaults) UserName() string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.user
+}
+
+// User looks up the default user's account.
+func (d *Defaults) User() (*identity.User, error) {
+	return identity.Lookup(d.UserName())
+}
+
+// Workdir is the default working directory; empty means the user's home.
+func (d *Defaults) Workdir() string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.workdir
+}
+
+// Env is every variable a process gets on top of its user's login
+// environment.
+func (d *Defaults) Env() map[string]string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make(map[string]string, len(d.env)+len(d.fixed))
+	maps.Copy(out, d.env)
+	maps.Copy(out, d.fixed)
+	return out
+}
+
+// SetEnv replaces the variables set by an earlier call.
+func (d *Defaults) SetEnv(env map[string]string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.env = maps.Clone(env)
+}
+
+// SetUser changes the default user; empty names are ignored.
+func (d *Defaults) SetUser(name string) {
+	if name == "" {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.user = name
+}
+
+// SetWorkdir changes the default working directory; empty is ignored.
+func (d *Defaults) SetWorkdir(dir string) {
+	if dir == "" {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.workdir = dir
+}

@@ -1,0 +1,391 @@
+// Package outbuf is a bounded, append-only, in-memory log of process output,
+// with any number of independent readers.
+//
+// envd's rule for output is "never block the producer". A program that
+// prints a lot must never stall because an RPC client is slow or gone,
+// and a slow client must not hold back the others. So the model is:
+//
+//   - One goroutine per output source (a stdout pipe, a stderr pipe, a
+//     pty, a Jupyter channel) always drains it and calls [Log.Write]. Write
+//     copies the bytes, appends them, and returns; it never waits for a
+//     reader.
+//   - The [Log] keeps only the newest capacity bytes. Older bytes are
+//     evicted, so memory stays bounded however much a program prints.
+//   - Every byte has a fixed offset in the stream of everything ever
+//     written. Offsets start at 0 and keep counting up after eviction.
+//   - Each subscriber owns a [Cursor], which is just an offset into that
+//     stream. It reads at its own pace with [Cursor.Read] and sleeps on
+//     [Cursor.Wait] between reads.
+//   - A cursor that falls behind the oldest retained byte gets a
+//     [*LostError] that says exactly how many bytes it missed. The caller
+//     decides whether to end the stream with that error or to continue
+//     from the oldest byte still retained.
+//   - A client that connects late, or reconnects, asks for a cursor at
+//     [Oldest] (everything still retained, no loss error) or at the last
+//     offset it saw (with a loss error if that offset was evicted). Then it
+//     keeps reading live output from the same cursor. There is no separate
+//     "replay" step, so nothing can be missed or duplicated between replay
+//     and live output.
+//   - [Log.Close] marks the end of the stream. Data stays readable after
+//     Close, and a cursor that has read everything gets io.EOF.
+//
+// Records are never modified once appended, and readers get shared slices
+// (no copying on read), so a reader and the writer can run concurrently
+// without data races.
+//
+// A typical subscriber loop:
+//
+//	c := log.Cursor(outbuf.Oldest)
+//	for {
+//		recs, err := c.Read()
+//		if err != nil {
+//			return err // io.EOF at the end; *LostError if too slow
+//		}
+//		for _, r := range recs {
+//			send(r) // must not modify r.Data
+//		}
+//		if len(recs) == 0 {
+//			select {
+//			case <-c.Wait():
+//			case <-ctx.Done():
+//				return ctx.Err()
+//			}
+//		}
+//	}
+package outbuf
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+)
+
+// Oldest, passed to [Log.Cursor], positions the cursor at the oldest byte
+// still retained. Unlike an explicit offset that has been evicted, it never
+// produces a [*LostError].
+const Oldest int64 = -1
+
+// recordCost limits how many records a log holds: at most capacity/recordCost
+// of them (but never fewer than minRecords). Each record costs a header
+// (about 40 bytes) plus a heap allocation, so without a limit a program that
+// writes one byte at a time would make a 4 MiB log hold 4 million records and
+// use hundreds of MiB. With the limit, tiny writes retain fewer bytes of
+// history instead of using more memory.
+const (
+	recordCost = 64
+	minRecords = 64
+)
+
+// Record is one chunk written to the log.
+//
+// Off is the byte offset of Data[0] in the whole stream of all records ever
+// written (the sum of len(Data) of all earlier records). Kind is an opaque
+// tag chosen by the writer (for example stdout=1, stderr=2, pty=3).
+//
+// Records returned to readers are immutable and shared: readers must not
+// modify Data. (Appending to Data is safe: its capacity is capped at its
+// length, so append copies.)
+type Record struct {
+	Off  int64
+	Kind uint8
+	Data []byte
+}
+
+// Log is a bounded log of output records. All methods are safe for
+// concurrent use. The zero value is not usable; call [New].
+type Log struct {
+	capacity   int // max retained bytes of Data
+	maxRecords int // max retained records; see recordCost
+
+	mu sync.Mutex
+	// recs[head:] are the retained records, contiguous in offset: the first
+	// starts at start and the last ends at end. Evicting advances head
+	// instead of shifting the slice; the dead prefix is compacted away once
+	// it is at least half of the slice, which keeps eviction amortized O(1).
+	recs   []Record
+	head   int
+	start  int64 // offset of the oldest retained byte (== end when empty)
+	end    int64 // offset after the newest byte written
+	closed bool
+	// notify is closed, and set to nil, on every Write or Close, waking all
+	// goroutines blocked in Wait. It is created lazily by Wait, so writes
+	// that nobody waits for do not allocate a channel.
+	notify chan struct{}
+}
+
+// New returns a log that retains at most capacity bytes of Data, the newest
+// ones. It panics if capacity < 1.
+//
+// The log may retain fewer bytes when writes are very small: it also keeps
+// at most max(capacity/64, 64) records, so per-record overhead cannot
+// multiply memory use. The memory held for Data is at most capacity plus the
+// evicted part of one partially evicted record, so under 2*capacity.
+func New(capacity int) *Log {
+	if capacity < 1 {
+		panic(fmt.Sprintf("outbuf: capacity %d < 1", capacity))
+	}
+	return &Log{
+		capacity:   capacity,
+		maxRecords: max(capacity/recordCost, minRecords),
+	}
+}
+
+// Write appends a copy of p as one record tagged with kind. Callers may
+// reuse p after Write returns. Write never blocks on readers.
+//
+// Writing an empty p is a no-op. If p is larger than the capacity, only its
+// last capacity bytes are kept, but offsets still advance by len(p), so
+// readers see the loss. Writing after Close is a no-op.
+//
+// Several writers may share a log (for example stdout and stderr reader
+// goroutines); their records are totally ordered.
+func (l *Log) Write(kind uint8, p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	n := int64(len(p))
+	if len(p) > l.capacity {
+		p = p[len(p)-l.capacity:]
+	}
+	// Allocate and copy outside the lock so readers and other writers are
+	// not held up by a large copy.
+	data := make([]byte, len(p))
+	copy(data, p)
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	// For an oversized p, the record starts where its kept suffix starts;
+	// everything before it is evicted below because it is more than
+	// capacity bytes behind the new end.
+	l.recs = append(l.recs, Record{Off: l.end + n - int64(len(data)), Kind: kind, Data: data})
+	l.end += n
+	l.evict()
+	l.wake()
+}
+
+// evict drops the oldest records until at most capacity bytes and
+// maxRecords records remain. The first remaining record may be cut: its
+// header is re-sliced so that it starts at the new start offset. Its Data
+// bytes are not touched, so readers holding the old record are unaffected.
+func (l *Log) evict() {
+	limit := l.end - int64(l.capacity) // bytes before limit must go
+	for l.head < len(l.recs) {
+		r := &l.recs[l.head]
+		if r.Off+int64(len(r.Data)) <= limit || len(l.recs)-l.head > l.maxRecords {
+			*r = Record{} // drop the reference so the GC can free Data
+			l.head++
+			continue
+		}
+		if r.Off < limit {
+			r.Data = r.Data[limit-r.Off:]
+			r.Off = limit
+		}
+		break
+	}
+	if l.head == len(l.recs) {
+		l.start = l.end
+	} else {
+		l.start = l.recs[l.head].Off
+	}
+	if l.head > 0 && l.head >= len(l.recs)/2 {
+		n := copy(l.recs, l.recs[l.head:])
+		clear(l.recs[n:])
+		l.recs = l.recs[:n]
+		l.head = 0
+	}
+}
+
+// wake wakes every goroutine waiting on the current notify channel.
+// Callers must hold l.mu.
+func (l *Log) wake() {
+	if l.notify != nil {
+		close(l.notify)
+		l.notify = nil
+	}
+}
+
+// Close marks the end of the stream: cursors that have read everything get
+// io.EOF. Retained data stays readable. Close is idempotent.
+func (l *Log) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed = true
+		l.wake()
+	}
+}
+
+// Start returns the offset of the oldest byte still retained.
+func (l *Log) Start() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.start
+}
+
+// End returns the offset after the newest byte written. It counts every
+// byte ever written, including evicted and truncated ones.
+func (l *Log) End() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.end
+}
+
+// Cursor returns a reader positioned at offset from.
+//
+//   - Oldest (or any negative offset) starts at the oldest byte still
+//     retained, so it reports no loss for what was evicted before. Use it
+//     to replay what is retained, then follow live output. (Like any
+//     cursor, it does report bytes evicted after it was created and before
+//     it read them.)
+//   - l.End() starts at live output only.
+//   - An offset that was already evicted makes the first Read return a
+//     [*LostError] for the bytes from that offset up to Start. This is what
+//     a reconnecting client wants: it resumes where it left off, or learns
+//     exactly what it missed.
+//   - An offset past End is clamped to End (such an offset cannot come from
+//     this log, e.g. it was saved from an earlier daemon run).
+func (l *Log) Cursor(from int64) *Cursor {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case from < 0:
+		from = l.start
+	case from > l.end:
+		from = l.end
+	}
+	return &Cursor{log: l, off: from}
+}
+
+// Cursor reads a [Log] from its own position, independently of other
+// cursors and of the writers. Its methods are safe for concurrent use, but
+// a cursor is meant to be used by one subscriber.
+type Cursor struct {
+	log *Log
+	off int64 // guarded by log.mu
+}
+
+// closedChan is returned by Wait when something is already pending.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// Read returns, without blocking, all records (or parts of records) from
+// the cursor's position up to the current end, and advances the cursor.
+// The first record may be a part of a record: it starts at the cursor's
+// position, with Off adjusted accordingly. Returned Data is shared with the
+// log and other readers and must not be modified.
+//
+// If the cursor's position has been evicted (the reader fell behind), Read
+// returns a [*LostError] for the bytes from the cursor's position up to
+// Start, and moves the cursor to Start. A caller that wants to continue
+// calls Read again; one that wants to end the stream reports the error.
+//
+// When the log is closed and the cursor has read everything, Read returns
+// (nil, io.EOF). When nothing is available yet, it returns (nil, nil).
+func (c *Cursor) Read() ([]Record, error) {
+	l := c.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.off < l.start {
+		err := &LostError{From: c.off, To: l.start, Capacity: l.capacity}
+		c.off = l.start
+		return nil, err
+	}
+	if c.off == l.end {
+		if l.closed {
+			return nil, io.EOF
+		}
+		return nil, nil
+	}
+	live := l.recs[l.head:]
+	// The first record that ends after c.off contains c.off, because
+	// records are contiguous from start to end and start <= c.off < end.
+	i := sort.Search(len(live), func(i int) bool {
+		return live[i].Off+int64(len(live[i].Data)) > c.off
+	})
+	out := make([]Record, len(live)-i)
+	for j, r := range live[i:] {
+		skip := max(c.off-r.Off, 0) // non-zero only for the first record
+		// Cap capacity at length so a reader's append cannot write into
+		// memory that belongs to the log.
+		out[j] = Record{Off: r.Off + skip, Kind: r.Kind, Data: r.Data[skip:len(r.Data):len(r.Data)]}
+	}
+	c.off = l.end
+	return out, nil
+}
+
+// Wait returns a channel that is closed when Read would return something
+// new: data, a loss, or io.EOF. If something is already pending, the
+// channel is already closed. After Read has returned io.EOF, Wait stays
+// ready, since Read keeps returning io.EOF. Use it in a select:
+//
+//	select {
+//	case <-c.Wait():
+//	case <-ticker.C:
+//	case <-ctx.Done():
+//	}
+//
+// Call Wait again after each wake-up; each channel fires only once.
+func (c *Cursor) Wait() <-chan struct{} {
+	l := c.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// c.off < l.start implies c.off != l.end, so this also covers a loss.
+	if c.off != l.end || l.closed {
+		return closedChan
+	}
+	if l.notify == nil {
+		l.notify = make(chan struct{})
+	}
+	return l.notify
+}
+
+// Offset returns the cursor's current position: the offset of the next
+// byte Read will return.
+func (c *Cursor) Offset() int64 {
+	c.log.mu.Lock()
+	defer c.log.mu.Unlock()
+	return c.off
+}
+
+// LostError reports bytes a cursor missed because they were evicted before
+// it read them. The lost bytes are the offsets [From, To).
+type LostError struct {
+	From, To int64
+	// Capacity is the capacity of the log, for the message. Zero means
+	// unknown.
+	Capacity int
+}
+
+// Error describes the loss so that it can be shown to a user as is.
+func (e *LostError) Error() string {
+	buf := "the buffer"
+	if e.Capacity > 0 {
+		buf = "the " + formatSize(e.Capacity) + " buffer"
+	}
+	return fmt.Sprintf("output fell out of %s: %d bytes lost (offsets %d..%d); the reader was too slow",
+		buf, e.Lost(), e.From, e.To)
+}
+
+// Lost returns the number of bytes lost.
+func (e *LostError) Lost() int64 { return e.To - e.From }
+
+// formatSize writes n as "4 MiB", "64 KiB" or "1000-byte" (for use as an
+// adjective before "buffer"), using the largest unit that divides n.
+func formatSize(n int) string {
+	switch {
+	case n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d-byte", n)
+}

@@ -1,0 +1,342 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/outbuf"
+	"github.com/envd-dev/envd/internal/reaper"
+)
+
+// Options configures a Manager. Every field may be left zero.
+type Options struct {
+	Logger *slog.Logger // zero: slog.Default()
+	// Env returns the daemon-wide variables every process gets on top of the
+	// user's login environment (those set by /init). Zero: none.
+	Env func() map[string]string
+	// LogSize is how many bytes of output each process retains for readers
+	// that come late or fall behind. Zero: 4 MiB.
+	LogSize int
+	// Retention is how long an exited process stays reachable by Connect.
+	// Zero: 30 s, as upstream.
+	Retention time.Duration
+}
+
+// StartOptions says what to run and how.
+type StartOptions struct {
+	Config Config
+	Tag    *string
+	User   *identity.User
+	// Dir is the resolved working directory; it must exist.
+	Dir   string
+	PTY   *Size
+	Stdin bool
+	// Timeout, when positive, is the process's lifetime: it is killed with
+	// SIGKILL when it runs out, whoever is or is not watching.
+	Timeout time.Duration
+}
+
+// Manager spawns processes and finds them again.
+type Manager struct {
+	opts   Options
+	logger *slog.Logger
+
+	mu     sync.Mutex
+	live   map[uint32]*Process // guarded by mu
+	exited map[uint32]*Process // guarded by mu; dropped after Retention
+	closed bool                // guarded by mu
+}
+
+// NewManager returns an empty Manager.
+func NewManager(opts Options) *Manager {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Env == nil {
+		opts.Env = func() map[string]string { return nil }
+	}
+	if opts.LogSize <= 0 {
+		opts.LogSize = 4 << 20
+	}
+	if opts.Retention <= 0 {
+		opts.Retention = 30 * time.Second
+	}
+	return &Manager{
+		opts:   opts,
+		logger: opts.Logger,
+		live:   map[uint32]*Process{},
+		exited: map[uint32]*Process{},
+	}
+}
+
+// Start spawns a process. It returns once the program is exec'd; its output
+// is retained from the first byte.
+func (m *Manager) Start(o StartOptions) (*Process, error) {
+	if o.User == nil {
+		return nil, fmt.Errorf("%w: no user to run as", ErrUnauthorized)
+	}
+	if o.Config.Cmd == "" {
+		return nil, fmt.Errorf("%w: cmd is empty: name the program to run, e.g. /bin/bash", ErrInvalid)
+	}
+	if o.PTY != nil && (o.PTY.Cols == 0 || o.PTY.Rows == 0) {
+		return nil, fmt.Errorf("%w: terminal size %dx%d: cols and rows must both be at least 1", ErrInvalid, o.PTY.Cols, o.PTY.Rows)
+	}
+	if st, err := os.Stat(o.Dir); err != nil {
+		return nil, fmt.Errorf("%w: cwd '%s' does not exist", ErrInvalid, o.Dir)
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("%w: cwd '%s' is not a directory", ErrInvalid, o.Dir)
+	}
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("%w: envd is shutting down", ErrWrongState)
+	}
+
+	cmd := exec.Command(o.Config.Cmd, o.Config.Args...)
+	if cmd.Err != nil {
+		return nil, fmt.Errorf("%w: %s: executable not found: %v", ErrInvalid, o.Config.Cmd, errors.Unwrap(cmd.Err))
+	}
+	cmd.Dir = o.Dir
+	cmd.Env = m.env(o)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.User.Credential()}
+
+	p := &Process{
+		tag:    o.Tag,
+		config: o.Config,
+		log:    outbuf.New(m.opts.LogSize),
+		done:   make(chan struct{}),
+	}
+	var childEnds []*os.File
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
+	if o.PTY != nil {
+		master, tty, err := openPTY(*o.PTY)
+		if err != nil {
+			return nil, fmt.Errorf("%w: open terminal: %v", ErrInvalid, err)
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		// A new session with the terminal as its controlling tty: the shell
+		// gets job control, and SIGHUP reaches it when the master closes.
+		cmd.SysProcAttr.Setsid = true
+		cmd.SysProcAttr.Setctty = true
+		p.tty = master
+		p.outputs = []*os.File{master}
+		childEnds = []*os.File{tty}
+	} else {
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("create stdout pipe: %w", err)
+		}
+		errR, errW, err := os.Pipe()
+		if err != nil {
+			closeAll([]*os.File{outR, outW})
+			return nil, fmt.Errorf("create stderr pipe: %w", err)
+		}
+		cmd.Stdout, cmd.Stderr = outW, errW
+		p.outputs = []*os.File{outR, errR}
+		childEnds = []*os.File{outW, errW}
+		if o.Stdin {
+			inR, inW, err := os.Pipe()
+			if err != nil {
+				closeAll(append(p.outputs, childEnds...))
+				return nil, fmt.Errorf("create stdin pipe: %w", err)
+			}
+			cmd.Stdin = inR
+			p.stdin = inW
+			childEnds = append(childEnds, inR)
+		}
+	}
+
+	exitc, err := reaper.Start(cmd)
+	// The child has its own copies now (or failed to start): ours would keep
+	// the pipes open and hide its EOF.
+	closeAll(childEnds)
+	if err != nil {
+		closeAll(p.outputs)
+		if p.stdin != nil {
+			p.stdin.Close()
+		}
+		return nil, fmt.Errorf("%w: start %s: %v", ErrInvalid, o.Config.Cmd, err)
+	}
+	p.pid = uint32(cmd.Process.Pid)
+	p.signal = func(s syscall.Signal) error { return cmd.Process.Signal(s) }
+
+	m.mu.Lock()
+	m.live[p.pid] = p
+	delete(m.exited, p.pid)
+	m.mu.Unlock()
+
+	var timer *time.Timer
+	if o.Timeout > 0 {
+		timer = time.AfterFunc(o.Timeout, func() {
+			m.logger.Info("process lifetime ran out: killing it", "pid", p.pid, "timeout", o.Timeout)
+			p.Signal(syscall.SIGKILL)
+		})
+	}
+	go p.wait(exitc, func() {
+		if timer != nil {
+			timer.Stop()
+		}
+		cmd.Process.Release()
+		m.retire(p)
+	})
+	m.logger.Debug("process started", "pid", p.pid, "cmd", o.Config.Cmd, "user", o.User.Name, "pty", o.PTY != nil)
+	return p, nil
+}
+
+// env is the child's environment: the user's login environment, then the
+// daemon's variables, then the request's; a later value for a name wins.
+func (m *Manager) env(o StartOptions) []string {
+	env := o.User.LoginEnv()
+	for _, vars := range []map[string]string{m.opts.Env(), o.Config.Envs} {
+		for _, k := range slices.Sorted(maps.Keys(vars)) {
+			env = append(env, k+"="+vars[k])
+		}
+	}
+	return env // exec.Cmd keeps the last value of a duplicated name
+}
+
+// openPTY opens a terminal pair with the given size. The master is made
+// non-blocking so reads go through Go's poller: a read can then be cut short
+// by a deadline, and a blocked read does not hold an OS thread.
+func openPTY(s Size) (master, tty *os.File, err error) {
+	m, t, err := pty.Open()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := pty.Setsize(m, &pty.Winsize{Cols: s.Cols, Rows: s.Rows}); err != nil {
+		m.Close()
+		t.Close()
+		return nil, nil, err
+	}
+	fd, err := unix.Dup(int(m.Fd()))
+	m.Close()
+	if err != nil {
+		t.Close()
+		return nil, nil, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		t.Close()
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), t, nil
+}
+
+// retire moves an ended process from live to exited, where Connect still
+// finds it for a while.
+func (m *Manager) retire(p *Process) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.live[p.pid] == p {
+		delete(m.live, p.pid)
+	}
+	m.exited[p.pid] = p
+	m.logger.Debug("process ended", "pid", p.pid, "status", p.exit.Status)
+	time.AfterFunc(m.opts.Retention, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.exited[p.pid] == p {
+			delete(m.exited, p.pid)
+		}
+	})
+}
+
+// Selector picks a process by pid, or by tag when Tag is set.
+type Selector struct {
+	Pid uint32
+	Tag *string
+}
+
+func (s Selector) String() string {
+	if s.Tag != nil {
+		return fmt.Sprintf("tag '%s'", *s.Tag)
+	}
+	return fmt.Sprintf("pid %d", s.Pid)
+}
+
+// Get finds a live process.
+func (m *Manager) Get(s Selector) (*Process, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p := find(m.live, s); p != nil {
+		return p, nil
+	}
+	if p := find(m.exited, s); p != nil {
+		return nil, fmt.Errorf("%w: process with %s has already exited (%s)", ErrNotFound, s, p.exit.Status)
+	}
+	return nil, fmt.Errorf("%w: process with %s not found", ErrNotFound, s)
+}
+
+// Find finds a live process, or one that exited less than Retention ago.
+func (m *Manager) Find(s Selector) (*Process, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p := find(m.live, s); p != nil {
+		return p, nil
+	}
+	if p := find(m.exited, s); p != nil {
+		return p, nil
+	}
+	return nil, fmt.Errorf("%w: process with %s not found", ErrNotFound, s)
+}
+
+func find(ps map[uint32]*Process, s Selector) *Process {
+	if s.Tag == nil {
+		return ps[s.Pid]
+	}
+	// Tags are not unique: take the newest process with the tag.
+	var best *Process
+	for _, p := range ps {
+		if p.tag != nil && *p.tag == *s.Tag && (best == nil || p.pid > best.pid) {
+			best = p
+		}
+	}
+	return best
+}
+
+// List returns the live processes, by pid.
+func (m *Manager) List() []*Process {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ps := slices.Collect(maps.Values(m.live))
+	slices.SortFunc(ps, func(a, b *Process) int { return int(a.pid) - int(b.pid) })
+	return ps
+}
+
+// Shutdown refuses new processes, sends every live one SIGTERM, and SIGKILL
+// to those still running when ctx ends. It returns when all have ended.
+func (m *Manager) Shutdown(ctx context.Context) {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	ps := m.List()
+	for _, p := range ps {
+		p.Signal(syscall.SIGTERM)
+	}
+	for _, p := range ps {
+		select {
+		case <-p.Done():
+		case <-ctx.Done():
+			p.Signal(syscall.SIGKILL)
+			<-p.Done()
+		}
+	}
+}

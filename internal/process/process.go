@@ -1,0 +1,260 @@
+// Package process runs programs for the sandbox's users and keeps them
+// reachable: it spawns them (with pipes or a pseudo-terminal, as the asked
+// user), drains their output into a bounded log that any number of readers
+// follow at their own pace, and keeps their exit as state that a late reader
+// can still read.
+//
+// The domain (manager.go, process.go, pty.go) knows nothing of Connect or
+// HTTP; service.go is the one adapter that maps it to the process.Process
+// RPCs and its errors to Connect codes.
+package process
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/envd-dev/envd/internal/outbuf"
+	"github.com/envd-dev/envd/internal/reaper"
+)
+
+// Output kinds, the Kind of each outbuf.Record a process writes.
+const (
+	Stdout uint8 = 1
+	Stderr uint8 = 2
+	PTY    uint8 = 3
+)
+
+// Errors the adapter maps to wire codes.
+var (
+	ErrNotFound     = errors.New("process not found")
+	ErrInvalid      = errors.New("invalid request")
+	ErrWrongState   = errors.New("process cannot do that")
+	ErrUnauthorized = errors.New("not allowed")
+)
+
+// readChunk is how much one read of a child's output takes: 32 KiB for
+// pipes as upstream does, enough to keep syscalls per byte low.
+const readChunk = 32 << 10
+
+// killGrace is how long output still in a pipe is drained after a kill, since
+// a killed process's orphans may hold the pipe open for ever.
+const killGrace = 50 * time.Millisecond
+
+// Config is the command as the caller sent it, kept for List.
+type Config struct {
+	Cmd  string
+	Args []string
+	Envs map[string]string
+	Cwd  *string
+}
+
+// Size is a terminal size in character cells.
+type Size struct {
+	Cols, Rows uint16
+}
+
+// Exit is how a process ended.
+type Exit struct {
+	Code   int    // -1 when a signal ended it
+	Exited bool   // false when a signal ended it
+	Status string // "exit status 3", "signal: killed"
+}
+
+// Process is one spawned program.
+type Process struct {
+	pid    uint32
+	tag    *string
+	config Config
+	log    *outbuf.Log
+
+	inMu  sync.Mutex
+	stdin *os.File // guarded by inMu; nil when disabled or closed
+	tty   *os.File // the pty master; nil for pipe processes
+
+	outputs []*os.File // read ends of stdout/stderr, or the pty master
+	killed  atomic.Bool
+	signal  func(syscall.Signal) error
+
+	done chan struct{} // closed once exit is set and the log is closed
+	exit Exit          // valid after done
+}
+
+// Pid is the process's id.
+func (p *Process) Pid() uint32 { return p.pid }
+
+// Tag is the caller's label for the process, if any.
+func (p *Process) Tag() *string { return p.tag }
+
+// Config is the command as it was asked for.
+func (p *Process) Config() Config { return p.config }
+
+// IsPTY tells whether the process runs on a terminal.
+func (p *Process) IsPTY() bool { return p.tty != nil }
+
+// Done is closed when the process has exited and all its output is in the log.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exit is how the process ended; ok is false while it runs.
+func (p *Process) Exit() (e Exit, ok bool) {
+	select {
+	case <-p.done:
+		return p.exit, true
+	default:
+		return Exit{}, false
+	}
+}
+
+// Output returns a reader of the process's output that starts with whatever
+// is still retained (all of it, for a reader that comes at once), then follows
+// live output. It reads io.EOF after the last byte, once the process ended.
+func (p *Process) Output() *outbuf.Cursor {
+	return p.log.Cursor(outbuf.Oldest)
+}
+
+// WriteStdin writes b to the process's stdin pipe.
+func (p *Process) WriteStdin(b []byte) error {
+	if p.tty != nil {
+		return fmt.Errorf("%w: process %d runs on a terminal: send its input as pty input", ErrWrongState, p.pid)
+	}
+	p.inMu.Lock()
+	defer p.inMu.Unlock()
+	if p.stdin == nil {
+		return fmt.Errorf("%w: stdin of process %d is not enabled or already closed", ErrWrongState, p.pid)
+	}
+	if _, err := p.stdin.Write(b); err != nil {
+		return fmt.Errorf("%w: write to stdin of process %d: %v", ErrWrongState, p.pid, err)
+	}
+	return nil
+}
+
+// WritePTY writes b to the process's terminal, as if typed.
+func (p *Process) WritePTY(b []byte) error {
+	if p.tty == nil {
+		return fmt.Errorf("%w: process %d has no terminal: send its input as stdin", ErrWrongState, p.pid)
+	}
+	p.inMu.Lock()
+	defer p.inMu.Unlock()
+	if _, err := p.tty.Write(b); err != nil {
+		return fmt.Errorf("%w: write to terminal of process %d: %v", ErrWrongState, p.pid, err)
+	}
+	return nil
+}
+
+// CloseStdin closes the stdin pipe so the process reads EOF. Closing a
+// closed or disabled stdin succeeds.
+func (p *Process) CloseStdin() error {
+	if p.tty != nil {
+		return fmt.Errorf("%w: process %d runs on a terminal, which has no stdin to close: send Ctrl+D (0x04) as pty input instead", ErrWrongState, p.pid)
+	}
+	p.inMu.Lock()
+	defer p.inMu.Unlock()
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+	return nil
+}
+
+// Resize sets the terminal's size; the process gets SIGWINCH.
+func (p *Process) Resize(s Size) error {
+	if p.tty == nil {
+		return fmt.Errorf("%w: process %d has no terminal to resize", ErrWrongState, p.pid)
+	}
+	if s.Cols == 0 || s.Rows == 0 {
+		return fmt.Errorf("%w: terminal size %dx%d: cols and rows must both be at least 1", ErrInvalid, s.Cols, s.Rows)
+	}
+	if err := pty.Setsize(p.tty, &pty.Winsize{Cols: s.Cols, Rows: s.Rows}); err != nil {
+		return fmt.Errorf("resize terminal of process %d: %w", p.pid, err)
+	}
+	return nil
+}
+
+// Signal sends sig to the process (its pid only, not its group). After
+// SIGKILL or SIGTERM the end no longer waits for orphans that still hold the
+// output pipes.
+func (p *Process) Signal(sig syscall.Signal) error {
+	if _, ended := p.Exit(); ended {
+		return fmt.Errorf("%w: process with pid %d has already exited", ErrNotFound, p.pid)
+	}
+	if sig == syscall.SIGKILL || sig == syscall.SIGTERM {
+		p.killed.Store(true)
+	}
+	if err := p.signal(sig); err != nil {
+		if errors.Is(err, os.ErrProcessDone) {
+			return fmt.Errorf("%w: process with pid %d has already exited", ErrNotFound, p.pid)
+		}
+		return fmt.Errorf("signal process %d: %w", p.pid, err)
+	}
+	return nil
+}
+
+// drain copies one output source into the log until EOF. A terminal master
+// reads EIO once every holder of the terminal has closed it: that is its EOF.
+func (p *Process) drain(f *os.File, kind uint8, wg *sync.WaitGroup) {
+	defer wg.Done()
+	buf := make([]byte, readChunk)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			p.log.Write(kind, buf[:n])
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.EIO) && !errors.Is(err, os.ErrDeadlineExceeded) {
+				p.log.Write(Stderr, fmt.Appendf(nil, "envd: reading output failed: %v\n", err))
+			}
+			return
+		}
+	}
+}
+
+// wait ends the process's life: it waits for the exit, then for the output to
+// be drained, then stores the exit and wakes every reader.
+func (p *Process) wait(exitc <-chan reaper.Exit, cleanup func()) {
+	var wg sync.WaitGroup
+	kinds := []uint8{Stdout, Stderr}
+	if p.tty != nil {
+		kinds = []uint8{PTY}
+	}
+	for i, f := range p.outputs {
+		wg.Add(1)
+		go p.drain(f, kinds[i], &wg)
+	}
+	ex := <-exitc
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	if p.killed.Load() {
+		// Background children may keep the pipes open after a kill: take
+		// what is already buffered, then stop waiting for them.
+		select {
+		case <-drained:
+		case <-time.After(killGrace):
+			for _, f := range p.outputs {
+				f.SetReadDeadline(time.Now())
+			}
+			<-drained
+		}
+	} else {
+		<-drained
+	}
+	for _, f := range p.outputs {
+		f.Close()
+	}
+	p.inMu.Lock()
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+	p.inMu.Unlock()
+	p.exit = Exit{Code: ex.Code(), Exited: ex.Status.Exited(), Status: ex.String()}
+	p.log.Close()
+	cleanup()
+	close(p.done)
+}

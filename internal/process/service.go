@@ -1,0 +1,329 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/envd-dev/envd/gen/process"
+	"github.com/envd-dev/envd/gen/process/processconnect"
+	"github.com/envd-dev/envd/internal/auth"
+	"github.com/envd-dev/envd/internal/defaults"
+	"github.com/envd-dev/envd/internal/outbuf"
+)
+
+// DefaultKeepalive is the keepalive interval of a stream whose client sent
+// no Keepalive-Ping-Interval header, as upstream.
+const DefaultKeepalive = 90 * time.Second
+
+// Service is the process.Process Connect service: the only place that knows
+// both the wire and the domain.
+type Service struct {
+	m        *Manager
+	defaults *defaults.Defaults
+}
+
+var _ processconnect.ProcessHandler = (*Service)(nil)
+
+// NewService adapts m to the wire.
+func NewService(m *Manager, d *defaults.Defaults) *Service {
+	return &Service{m: m, defaults: d}
+}
+
+// Handler returns the service's route pattern and handler.
+func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) {
+	return processconnect.NewProcessHandler(s, opts...)
+}
+
+// toConnectErr maps domain errors to Connect codes, in this one place.
+func toConnectErr(err error) error {
+	var code connect.Code
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotFound):
+		code = connect.CodeNotFound
+	case errors.Is(err, ErrInvalid):
+		code = connect.CodeInvalidArgument
+	case errors.Is(err, ErrWrongState):
+		code = connect.CodeFailedPrecondition
+	case errors.Is(err, ErrUnauthorized):
+		code = connect.CodeUnauthenticated
+	case errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	default:
+		code = connect.CodeInternal
+	}
+	return connect.NewError(code, err)
+}
+
+func selector(s *pb.ProcessSelector) (Selector, error) {
+	switch v := s.GetSelector().(type) {
+	case *pb.ProcessSelector_Pid:
+		return Selector{Pid: v.Pid}, nil
+	case *pb.ProcessSelector_Tag:
+		return Selector{Tag: &v.Tag}, nil
+	default:
+		return Selector{}, connect.NewError(connect.CodeInvalidArgument, errors.New("process selector is missing: give a pid or a tag"))
+	}
+}
+
+func (s *Service) get(sel *pb.ProcessSelector) (*Process, error) {
+	k, err := selector(sel)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.m.Get(k)
+	return p, toConnectErr(err)
+}
+
+// Start spawns the process, then streams its events.
+func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
+	u := auth.UserFrom(ctx)
+	if u == nil {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("no user specified"))
+	}
+	msg := req.Msg
+	cfg := msg.GetProcess()
+	if cfg == nil {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("process is missing: give at least process.cmd"))
+	}
+	dir, err := u.Resolve(cfg.GetCwd(), s.defaults.Workdir())
+	if err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	o := StartOptions{
+		Config: Config{Cmd: cfg.GetCmd(), Args: cfg.GetArgs(), Envs: cfg.GetEnvs(), Cwd: cfg.Cwd},
+		Tag:    msg.Tag,
+		User:   u,
+		Dir:    dir,
+		Stdin:  msg.Stdin == nil || *msg.Stdin,
+	}
+	if msg.Pty != nil {
+		sz := msg.Pty.GetSize()
+		if sz.GetCols() > 0xffff || sz.GetRows() > 0xffff {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("terminal size %dx%d is too large", sz.GetCols(), sz.GetRows()))
+		}
+		o.PTY = &Size{Cols: uint16(sz.GetCols()), Rows: uint16(sz.GetRows())}
+		o.Stdin = false
+	}
+	// Connect-Timeout-Ms is the process's lifetime, as upstream: the SDK's
+	// timeoutMs relies on it. The process outlives this request otherwise.
+	if dl, ok := ctx.Deadline(); ok {
+		o.Timeout = max(time.Until(dl), time.Millisecond)
+	}
+	p, err := s.m.Start(o)
+	if err != nil {
+		return toConnectErr(err)
+	}
+	return streamEvents(ctx, p, keepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
+		return stream.Send(&pb.StartResponse{Event: e})
+	})
+}
+
+// Connect attaches to a live or recently ended process: it replays the
+// output still retained, then follows live output, then sends the end.
+func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {
+	k, err := selector(req.Msg.GetProcess())
+	if err != nil {
+		return err
+	}
+	p, err := s.m.Find(k)
+	if err != nil {
+		return toConnectErr(err)
+	}
+	return streamEvents(ctx, p, keepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
+		return stream.Send(&pb.ConnectResponse{Event: e})
+	})
+}
+
+// keepaliveInterval reads Keepalive-Ping-Interval (seconds).
+func keepaliveInterval(h http.Header) time.Duration {
+	if n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return DefaultKeepalive
+}
+
+// streamEvents sends start, then every output record, keepalives while the
+// process is quiet, and the end once its output is exhausted. It owns send:
+// only this goroutine writes to the stream.
+func streamEvents(ctx context.Context, p *Process, keepalive time.Duration, send func(*pb.ProcessEvent) error) error {
+	cur := p.Output()
+	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: p.Pid()}}}); err != nil {
+		return err
+	}
+	ticker := time.NewTicker(keepalive)
+	defer ticker.Stop()
+	for {
+		recs, err := cur.Read()
+		if lost, ok := errors.AsType[*outbuf.LostError](err); ok {
+			return connect.NewError(connect.CodeDataLoss, fmt.Errorf("process %d: this reader fell behind: %w; its output goes on: reconnect to follow it", p.Pid(), lost))
+		}
+		if err != nil { // io.EOF: every byte was sent
+			ex, _ := p.Exit()
+			end := &pb.ProcessEvent_EndEvent{ExitCode: int32(ex.Code), Exited: ex.Exited, Status: ex.Status}
+			if ex.Code != 0 || !ex.Exited {
+				end.Error = &ex.Status
+			}
+			return send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}})
+		}
+		for _, r := range recs {
+			if err := send(dataEvent(r)); err != nil {
+				return err
+			}
+		}
+		if len(recs) > 0 {
+			ticker.Reset(keepalive)
+			continue
+		}
+		select {
+		case <-cur.Wait():
+		case <-ticker.C:
+			if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Keepalive{Keepalive: &pb.ProcessEvent_KeepAlive{}}}); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func dataEvent(r outbuf.Record) *pb.ProcessEvent {
+	d := &pb.ProcessEvent_DataEvent{}
+	switch r.Kind {
+	case Stdout:
+		d.Output = &pb.ProcessEvent_DataEvent_Stdout{Stdout: r.Data}
+	case Stderr:
+		d.Output = &pb.ProcessEvent_DataEvent_Stderr{Stderr: r.Data}
+	default:
+		d.Output = &pb.ProcessEvent_DataEvent_Pty{Pty: r.Data}
+	}
+	return &pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: d}}
+}
+
+// List returns the live processes.
+func (s *Service) List(ctx context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
+	ps := s.m.List()
+	out := &pb.ListResponse{Processes: make([]*pb.ProcessInfo, 0, len(ps))}
+	for _, p := range ps {
+		c := p.Config()
+		out.Processes = append(out.Processes, &pb.ProcessInfo{
+			Config: &pb.ProcessConfig{Cmd: c.Cmd, Args: c.Args, Envs: c.Envs, Cwd: c.Cwd},
+			Pid:    p.Pid(),
+			Tag:    p.Tag(),
+		})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// SendInput writes one chunk to stdin or the terminal.
+func (s *Service) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
+	p, err := s.get(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := writeInput(p, req.Msg.GetInput()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&pb.SendInputResponse{}), nil
+}
+
+func writeInput(p *Process, in *pb.ProcessInput) error {
+	switch v := in.GetInput().(type) {
+	case *pb.ProcessInput_Stdin:
+		return toConnectErr(p.WriteStdin(v.Stdin))
+	case *pb.ProcessInput_Pty:
+		return toConnectErr(p.WritePTY(v.Pty))
+	default:
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("input is missing: give input.stdin or input.pty"))
+	}
+}
+
+// StreamInput writes each data message of the stream to the process the
+// first message picked.
+func (s *Service) StreamInput(ctx context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
+	var p *Process
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent().(type) {
+		case *pb.StreamInputRequest_Start:
+			var err error
+			if p, err = s.get(ev.Start.GetProcess()); err != nil {
+				return nil, err
+			}
+		case *pb.StreamInputRequest_Data:
+			if p == nil {
+				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the first message must be start, naming the process"))
+			}
+			if err := writeInput(p, ev.Data.GetInput()); err != nil {
+				return nil, err
+			}
+		case *pb.StreamInputRequest_Keepalive:
+		default:
+			return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("empty message: give start, data or keepalive"))
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&pb.StreamInputResponse{}), nil
+}
+
+// SendSignal signals the process's pid.
+func (s *Service) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
+	var sig syscall.Signal
+	switch req.Msg.GetSignal() {
+	case pb.Signal_SIGNAL_SIGKILL:
+		sig = syscall.SIGKILL
+	case pb.Signal_SIGNAL_SIGTERM:
+		sig = syscall.SIGTERM
+	default:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid signal: %s: send SIGNAL_SIGKILL or SIGNAL_SIGTERM", req.Msg.GetSignal()))
+	}
+	p, err := s.get(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Signal(sig); err != nil {
+		return nil, toConnectErr(err)
+	}
+	return connect.NewResponse(&pb.SendSignalResponse{}), nil
+}
+
+// CloseStdin closes the stdin pipe.
+func (s *Service) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
+	p, err := s.get(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := p.CloseStdin(); err != nil {
+		return nil, toConnectErr(err)
+	}
+	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
+}
+
+// Update resizes the terminal; without a pty it changes nothing.
+func (s *Service) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
+	p, err := s.get(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if pt := req.Msg.Pty; pt != nil {
+		sz := pt.GetSize()
+		if sz.GetCols() > 0xffff || sz.GetRows() > 0xffff {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("terminal size %dx%d is too large", sz.GetCols(), sz.GetRows()))
+		}
+		if err := p.Resize(Size{Cols: uint16(sz.GetCols()), Rows: uint16(sz.GetRows())}); err != nil {
+			return nil, toConnectErr(err)
+		}
+	}
+	return connect.NewResponse(&pb.UpdateResponse{}), nil
+}

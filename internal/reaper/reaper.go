@@ -1,0 +1,179 @@
+// Package reaper owns the waiting for every child envd starts.
+//
+// envd is a child subreaper: processes orphaned inside the sandbox are
+// reparented to it and must be reaped, or they stay zombies forever. Reaping
+// orphans means calling wait4(-1), which would also steal the exit status of
+// envd's own children from exec.Cmd.Wait. So, as in containerd's shim, one
+// loop reaps everything and hands each status to whoever started that pid:
+// every child envd starts goes through Start, and nobody calls exec.Cmd.Wait.
+//
+// Start registers the pid under the same lock the reap loop takes, so a child
+// that exits at once cannot be reaped before its owner is listening.
+//
+// Until Enable is called (unit tests of other packages, say) Start waits for
+// each child with os.Process.Wait instead, and orphans are not reaped.
+package reaper
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Exit is how a child ended.
+type Exit struct {
+	Status syscall.WaitStatus
+}
+
+// Code is the exit code, or -1 when a signal ended the child.
+func (e Exit) Code() int {
+	if e.Status.Exited() {
+		return e.Status.ExitStatus()
+	}
+	return -1
+}
+
+// String reads like os.ProcessState: "exit status 3", "signal: killed".
+func (e Exit) String() string {
+	switch {
+	case e.Status.Exited():
+		return fmt.Sprintf("exit status %d", e.Status.ExitStatus())
+	case e.Status.Signaled():
+		s := "signal: " + e.Status.Signal().String()
+		if e.Status.CoreDump() {
+			s += " (core dumped)"
+		}
+		return s
+	default:
+		return fmt.Sprintf("unknown wait status %#x", uint32(e.Status))
+	}
+}
+
+var (
+	mu      sync.Mutex
+	enabled bool                  // guarded by mu
+	waiters = map[int]chan Exit{} // guarded by mu
+)
+
+// Enable makes envd a child subreaper and starts the loop that reaps every
+// child on SIGCHLD. Call it once, early, before starting any child.
+func Enable(logger *slog.Logger) error {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("become child subreaper: %w", err)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	mu.Lock()
+	enabled = true
+	mu.Unlock()
+	go func() {
+		for range sigs {
+			reapAll(logger)
+		}
+	}()
+	// Children that ended before Notify was installed sent their SIGCHLD already.
+	reapAll(logger)
+	return nil
+}
+
+// reapAll collects every child that has exited. SIGCHLD signals coalesce, so
+// one signal may stand for many exits: loop until none is left.
+func reapAll(logger *slog.Logger) {
+	mu.Lock()
+	defer mu.Unlock()
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		if ch, ok := waiters[pid]; ok {
+			delete(waiters, pid)
+			ch <- Exit{Status: ws}
+			continue
+		}
+		logger.Debug("reaped orphan", "pid", pid, "status", Exit{Status: ws}.String())
+	}
+}
+
+// Start starts cmd and returns a channel that receives its exit exactly once.
+// cmd's Stdin, Stdout and Stderr must be nil or *os.File: the caller never
+// calls cmd.Wait, so exec's copying goroutines would never be cleaned up.
+func Start(cmd *exec.Cmd) (<-chan Exit, error) {
+	for _, s := range []any{cmd.Stdin, cmd.Stdout, cmd.Stderr} {
+		if s == nil {
+			continue
+		}
+		if _, ok := s.(*os.File); !ok {
+			return nil, errors.New("reaper: stdio must be nil or *os.File")
+		}
+	}
+	ch := make(chan Exit, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	if enabled {
+		waiters[cmd.Process.Pid] = ch
+		return ch, nil
+	}
+	go func() {
+		st, err := cmd.Process.Wait()
+		if err != nil {
+			// Only possible if someone else reaped the child; report it as killed.
+			ch <- Exit{Status: syscall.WaitStatus(syscall.SIGKILL)}
+			return
+		}
+		ch <- Exit{Status: st.Sys().(syscall.WaitStatus)}
+	}()
+	return ch, nil
+}
+
+// Children lists the pids whose parent is envd: the children it started and
+// the orphans reparented to it. Shutdown signals them all.
+func Children() []int {
+	self := os.Getpid()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The command name in parentheses may hold spaces and parentheses:
+		// the fields that follow start after the last ')'.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil && ppid == self {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

@@ -1,0 +1,79 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"connectrpc.com/connect"
+
+	"github.com/envd-dev/envd/internal/auth"
+	"github.com/envd-dev/envd/internal/defaults"
+	"github.com/envd-dev/envd/internal/identity"
+)
+
+// UserInterceptor resolves the run-as user of every procedure, unary or
+// streaming: the username of an "Authorization: Basic" header, else the
+// default user. An unknown name fails the call with unauthenticated, as
+// upstream, before the handler runs.
+func UserInterceptor(d *defaults.Defaults) connect.Interceptor {
+	return &userInterceptor{d: d}
+}
+
+type userInterceptor struct{ d *defaults.Defaults }
+
+func (i *userInterceptor) resolve(ctx context.Context, authorization string) (context.Context, error) {
+	if name, ok := auth.BasicUser(authorization); ok {
+		u, err := identity.Lookup(name)
+		if err != nil {
+			if errors.Is(err, identity.ErrUnknownUser) {
+				return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("invalid username: '%s'", name))
+			}
+			return nil, connect.NewError(connect.CodeInternal, err)
+		}
+		return auth.WithUser(ctx, u), nil
+	}
+	u, err := i.d.User()
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("no user specified, and the default user '%s' cannot be used: %w", i.d.UserName(), err))
+	}
+	return auth.WithUser(ctx, u), nil
+}
+
+func (i *userInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		ctx, err := i.resolve(ctx, req.Header().Get("Authorization"))
+		if err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (i *userInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i *userInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		ctx, err := i.resolve(ctx, conn.RequestHeader().Get("Authorization"))
+		if err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}
+
+// HandlerOptions are the options every Connect service of envd is built
+// with: panics are recovered and logged, and the run-as user is resolved.
+func HandlerOptions(logger *slog.Logger, d *defaults.Defaults) []connect.HandlerOption {
+	return []connect.HandlerOption{
+		connect.WithInterceptors(UserInterceptor(d)),
+		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, v any) error {
+			logger.Error("procedure panicked", "procedure", spec.Procedure, "panic", fmt.Sprint(v))
+			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+		}),
+	}
+}

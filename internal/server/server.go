@@ -1,0 +1,241 @@
+// Package server is envd's HTTP front: one handler, built from a route table,
+// served on every listener (TCP, vsock, unix socket) with HTTP/1.1 and h2c.
+//
+// Every request passes, outer to inner: recover -> log -> CORS -> access
+// token -> route. CORS comes before the token so browser preflights never need
+// one; the run-as user is resolved per procedure by UserInterceptor, so that
+// its errors reach Connect clients in Connect's own shape.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/envd-dev/envd/internal/auth"
+)
+
+// Route is one entry of the route table.
+type Route struct {
+	// Pattern is a net/http ServeMux pattern: "GET /health", or a prefix
+	// such as "/process.Process/" for a whole Connect service.
+	Pattern string
+	Handler http.Handler
+	// Public routes skip the access-token check. A public route that needs
+	// protection checks for itself (signed /files URLs, /init).
+	Public bool
+}
+
+// Options configures New.
+type Options struct {
+	Logger *slog.Logger
+	Token  *auth.Token
+	Routes []Route
+}
+
+// New builds the handler envd serves. It fails if a pattern is declared
+// twice or is not one net/http accepts.
+func New(o Options) (http.Handler, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Token == nil {
+		o.Token = &auth.Token{}
+	}
+	mux := http.NewServeMux()
+	public := map[string]bool{}
+	seen := map[string]bool{}
+	for _, r := range o.Routes {
+		if seen[r.Pattern] {
+			return nil, fmt.Errorf("route %q declared twice", r.Pattern)
+		}
+		seen[r.Pattern] = true
+		if err := register(mux, r.Pattern, r.Handler); err != nil {
+			return nil, err
+		}
+		public[r.Pattern] = r.Public
+	}
+	var h http.Handler = mux
+	h = requireToken(h, mux, public, o.Token)
+	h = cors(h)
+	h = logRequests(h, o.Logger)
+	h = recoverPanics(h, o.Logger)
+	return h, nil
+}
+
+// register turns a ServeMux panic on a bad or clashing pattern into an error.
+func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("route %q: %v", pattern, r)
+		}
+	}()
+	mux.Handle(pattern, h)
+	return nil
+}
+
+// Patterns lists the patterns of routes, sorted; for tests and docs.
+func Patterns(routes []Route) []string {
+	out := make([]string, 0, len(routes))
+	for _, r := range routes {
+		out = append(out, r.Pattern)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// WriteError writes the HTTP API's error body: {"code":<status>,"message":...}.
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{status, msg})
+}
+
+// requireToken answers 401 to a request for a non-public route that lacks
+// the access token, once one is set.
+func requireToken(next http.Handler, mux *http.ServeMux, public map[string]bool, token *auth.Token) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token.IsSet() {
+			if _, pattern := mux.Handler(r); !public[pattern] && !token.Match(r.Header.Get("X-Access-Token")) {
+				WriteError(w, http.StatusUnauthorized, "unauthorized access, please provide a valid access token or method signing if supported")
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Browser clients (the SDK in a web page) may call envd from any origin; the
+// headers match upstream's rs/cors setup.
+const (
+	corsMethods = "HEAD, GET, POST, PUT, PATCH, DELETE"
+	corsExpose  = "Grpc-Status, Grpc-Message, Grpc-Status-Details-Bin, Location, Cache-Control, X-Content-Type-Options"
+)
+
+func cors(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Origin") == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		h := w.Header()
+		h.Add("Vary", "Origin")
+		h.Set("Access-Control-Allow-Origin", "*")
+		if method := r.Header.Get("Access-Control-Request-Method"); r.Method == http.MethodOptions && method != "" {
+			h.Add("Vary", "Access-Control-Request-Method")
+			h.Add("Vary", "Access-Control-Request-Headers")
+			if !strings.Contains(corsMethods, strings.ToUpper(method)) {
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			h.Set("Access-Control-Allow-Methods", strings.ToUpper(method))
+			if hdrs := r.Header.Get("Access-Control-Request-Headers"); hdrs != "" {
+				h.Set("Access-Control-Allow-Headers", hdrs)
+			}
+			h.Set("Access-Control-Max-Age", "7200")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		h.Set("Access-Control-Expose-Headers", corsExpose)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// statusWriter records the status for the request log. It passes Flush
+// through (streams need it) and exposes the original for http.ResponseController.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// logRequests logs each request once it ends: method, path (never the query,
+// which may hold a signature), status and duration. Never headers or bodies.
+func logRequests(next http.Handler, logger *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		level := slog.LevelDebug
+		if sw.status >= 500 {
+			level = slog.LevelWarn
+		}
+		logger.Log(r.Context(), level, "http request", "method", r.Method, "path", r.URL.Path,
+			"status", sw.status, "duration", time.Since(start), "remote", r.RemoteAddr)
+	})
+}
+
+// recoverPanics keeps one bad request from taking the daemon down.
+func recoverPanics(next http.Handler, logger *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				logger.Error("handler panicked", "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				WriteError(w, http.StatusInternalServerError, "internal error")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Serve serves h on ln until ctx ends or Shutdown is called on the returned
+// server. base is the context every request's context derives from: cancel it
+// to end long streams at shutdown.
+func Serve(base context.Context, ln net.Listener, h http.Handler, logger *slog.Logger) *http.Server {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:           h,
+		Protocols:         &p,
+		ReadHeaderTimeout: 10 * time.Second,
+		// Streams may last hours: no read or write timeout. Idle keep-alive
+		// connections are closed after a while, as upstream (640 s).
+		IdleTimeout:    640 * time.Second,
+		MaxHeaderBytes: 1 << 20,
+		BaseContext:    func(net.Listener) context.Context { return base },
+		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("serve failed", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	return srv
+}
