@@ -169,6 +169,12 @@ func streamEvents(ctx context.Context, p *Process, keepalive time.Duration, send
 			return connect.NewError(connect.CodeDataLoss, fmt.Errorf("process %d: this reader fell behind: %w; its output goes on: reconnect to follow it", p.Pid(), lost))
 		}
 		if err != nil { // io.EOF: every byte was sent
+			// The log closes just before the exit is published: wait for it.
+			select {
+			case <-p.Done():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 			ex, _ := p.Exit()
 			end := &pb.ProcessEvent_EndEvent{ExitCode: int32(ex.Code), Exited: ex.Exited, Status: ex.Status}
 			if ex.Code != 0 || !ex.Exited {

@@ -1,0 +1,63 @@
+# envd: the two commands are `make run` and `make test` (see README.md).
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+MAKEFLAGS += --warn-undefined-variables --no-builtin-rules
+.DEFAULT_GOAL := help
+
+export PATH := /usr/local/go/bin:$(PATH)
+BUF := go tool -modfile=tools/go.mod buf
+BIN := bin
+# Where `make run` listens; `make run HOST=0.0.0.0` to expose it.
+HOST ?= 127.0.0.1
+ENVD_FLAGS ?=
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+.PHONY: deps
+deps: ## install what envd and its tests need (idempotent)
+	scripts/install-deps.sh
+
+.PHONY: build
+build: ## build bin/envd, static
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/envd ./cmd/envd
+
+.PHONY: run
+run: deps build ## install what is missing, then run envd with Jupyter on localhost
+	$(BIN)/envd -host $(HOST) $(ENVD_FLAGS)
+
+.PHONY: test
+test: deps checkgenerate lint test-go test-compat ## every test: generated code, lint, Go with -race, the SDK compatibility suite
+
+.PHONY: test-go
+test-go: ## Go tests with the race detector
+	go test -race -shuffle=on -count=1 -timeout 20m ./...
+
+.PHONY: test-compat
+test-compat: build ## the unmodified npm SDKs against a real envd
+	cd test/compat && ENVD_BIN=$(CURDIR)/$(BIN)/envd npm test
+
+.PHONY: lint
+lint: ## gofmt, go vet, buf lint and buf format
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
+	go vet ./...
+	$(BUF) lint
+	$(BUF) format -d --exit-code
+
+.PHONY: generate
+generate: ## regenerate gen/ from proto/
+	$(BUF) generate
+	go mod tidy
+
+.PHONY: checkgenerate
+checkgenerate: generate ## fail if regenerating changes anything
+	@if [ -n "$$(git status --porcelain -- gen go.mod go.sum)" ]; then git status --porcelain -- gen go.mod go.sum; git diff --stat -- gen go.mod go.sum; echo "generated code is stale: run make generate and commit"; exit 1; fi
+
+.PHONY: bench
+bench: deps build ## benchmarks that print ratios against in-run baselines
+	bench/run.sh
+
+.PHONY: clean
+clean:
+	rm -rf $(BIN)
