@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	connectrpc.com/connect v1.21.1
 	github.com/creack/pty v1.1.24
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/mdlayher/vsock v1.2.1
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.50.0
@@ -12,6 +13,7 @@ require (
 )
 
 require (
+	github.com/coder/websocket v1.8.15 // indirect
 	github.com/mdlayher/socket v0.4.1 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sync v0.1.0 // indirect

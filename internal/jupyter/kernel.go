@@ -1,0 +1,619 @@
+package jupyter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// readLimit is the largest kernel message we accept. A 50 MB print or a
+// 9 MB plotly figure arrives as a single frame; coder/websocket's default
+// (32 KiB) would fail them.
+const readLimit = 1 << 30
+
+// writeTimeout bounds one frame write. Writes use the kernel's own context
+// rather than the caller's: coder/websocket closes the connection when a
+// write is cancelled midway, and the connection is shared.
+const writeTimeout = 30 * time.Second
+
+// KernelOptions configures a kernel connection.
+type KernelOptions struct {
+	// PostIdleGrace keeps an execution open this long after both its
+	// execute_reply and its iopub idle have arrived, to collect late outputs.
+	// Deno sends about 10 % of its outputs after idle: up to 3 ms late on
+	// an idle machine, 14 ms measured on a loaded one; use ~50 ms for it.
+	// Zero: an execution ends as soon as both arrived, which is right for
+	// ipykernel and IRkernel.
+	PostIdleGrace time.Duration
+	// NudgeInterval is how often kernel_info_request is resent while
+	// waiting for a restarted kernel's iopub to come back. Zero: 250 ms.
+	NudgeInterval time.Duration
+	// Logger receives debug logs. Zero: the client's logger.
+	Logger *slog.Logger
+}
+
+// Kernel is a connection to one kernel's channels over the server's
+// WebSocket. It is safe for concurrent use; requests are matched to their
+// messages by msg_id, so several may be in flight, but a kernel runs
+// executions one at a time and serialising them is the caller's job.
+//
+// The connection heals itself: after a dropped WebSocket the next request
+// reconnects, and after a kernel restart the next request first makes sure
+// iopub is subscribed again (without that, Jupyter 1.23 loses the iopub
+// messages of the first request in about half the cases).
+type Kernel struct {
+	id      string
+	client  *Client
+	session string // our session id, in every header and in the URL
+	opts    KernelOptions
+	log     *slog.Logger
+
+	ctx    context.Context // cancelled by Close; bounds reads and writes
+	cancel context.CancelFunc
+
+	// connSem serialises (re)connecting and nudging. A channel rather than
+	// a mutex so that waiting honours the caller's context.
+	connSem chan struct{}
+	readers sync.WaitGroup
+
+	mu        sync.Mutex
+	conn      *websocket.Conn    // guarded by mu; nil while disconnected
+	pending   map[string]request // by msg_id; guarded by mu
+	needNudge bool               // guarded by mu
+	restarts  int                // guarded by mu
+	goneErr   error              // guarded by mu; set once the kernel is unusable
+	changed   chan struct{}      // closed and replaced on any status change; guarded by mu
+}
+
+// request is an in-flight request waiting for messages whose parent is its
+// msg_id. Both methods are called without Kernel.mu held.
+type request interface {
+	deliver(m *Message)
+	fail(err error)
+}
+
+// Connect opens the kernel's channels. It waits until the kernel is ready
+// (the server holds the WebSocket upgrade until the kernel answers
+// kernel_info: about 0.5 s for a fresh python kernel).
+func (c *Client) Connect(ctx context.Context, kernelID string, opts KernelOptions) (*Kernel, error) {
+	if opts.NudgeInterval <= 0 {
+		opts.NudgeInterval = 250 * time.Millisecond
+	}
+	log := opts.Logger
+	if log == nil {
+		log = c.log
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	k := &Kernel{
+		id:      kernelID,
+		client:  c,
+		session: newID(),
+		opts:    opts,
+		log:     log.With("kernel_id", kernelID),
+		ctx:     kctx,
+		cancel:  cancel,
+		connSem: make(chan struct{}, 1),
+		pending: make(map[string]request),
+		changed: make(chan struct{}),
+	}
+	conn, err := k.dial(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	k.mu.Lock()
+	k.conn = conn
+	k.mu.Unlock()
+	k.startReader(conn)
+	return k, nil
+}
+
+// ID returns the kernel id.
+func (k *Kernel) ID() string { return k.id }
+
+// KernelStatus is a snapshot of a kernel connection's state.
+type KernelStatus struct {
+	// Restarts counts the kernel restarts seen since Connect (automatic
+	// after a crash, or Restart). Each one lost the kernel's state.
+	Restarts int
+	// Err is non-nil once the kernel is unusable: ErrKernelDied,
+	// ErrKernelNotFound or ErrClosed.
+	Err error
+	// Changed is closed when Restarts or Err change.
+	Changed <-chan struct{}
+}
+
+// Status returns the connection's current state. Loop on Changed to follow
+// it: restarts and deaths are state, so they cannot be missed.
+func (k *Kernel) Status() KernelStatus {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return KernelStatus{Restarts: k.restarts, Err: k.goneErr, Changed: k.changed}
+}
+
+// changedLocked wakes Status watchers.
+func (k *Kernel) changedLocked() {
+	close(k.changed)
+	k.changed = make(chan struct{})
+}
+
+// ExecuteOptions tunes one execute_request. The zero value runs user code:
+// not silent, stored in history, no stdin.
+type ExecuteOptions struct {
+	// Silent runs without execute_input/execute_result and without bumping
+	// the execution count (streams still arrive). For internal snippets.
+	Silent bool
+	// StopOnError makes the kernel abort requests queued behind this one if
+	// it fails.
+	StopOnError bool
+	// AllowStdin lets the kernel send input_request on the stdin channel;
+	// answer with InputReply. IRkernel sends them even when false.
+	AllowStdin bool
+}
+
+// Execute sends code to the kernel and returns at once; read the results
+// from the Execution. The Execution's lifetime is not tied to ctx, which
+// only bounds reconnecting and sending.
+func (k *Kernel) Execute(ctx context.Context, code string, opts ExecuteOptions) (*Execution, error) {
+	msg, err := newMessage(ChannelShell, "execute_request", k.session, map[string]any{
+		"code":             code,
+		"silent":           opts.Silent,
+		"store_history":    !opts.Silent,
+		"user_expressions": map[string]any{},
+		"allow_stdin":      opts.AllowStdin,
+		"stop_on_error":    opts.StopOnError,
+	})
+	if err != nil {
+		return nil, err
+	}
+	e := newExecution(k, msg.Header.MsgID, k.opts.PostIdleGrace)
+	if err := k.send(ctx, msg, e); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// KernelInfo is the content of a kernel_info_reply.
+type KernelInfo struct {
+	Status                string `json:"status"`
+	ProtocolVersion       string `json:"protocol_version"`
+	Implementation        string `json:"implementation"`
+	ImplementationVersion string `json:"implementation_version"`
+	Banner                string `json:"banner"`
+	LanguageInfo          struct {
+		Name          string `json:"name"`
+		Version       string `json:"version"`
+		MimeType      string `json:"mimetype"`
+		FileExtension string `json:"file_extension"`
+	} `json:"language_info"`
+}
+
+// KernelInfo asks the kernel for its kernel_info_reply.
+func (k *Kernel) KernelInfo(ctx context.Context) (*KernelInfo, error) {
+	msg, err := newMessage(ChannelShell, "kernel_info_request", k.session, struct{}{})
+	if err != nil {
+		return nil, err
+	}
+	w := newReplyWaiter(false)
+	if err := k.send(ctx, msg, w); err != nil {
+		return nil, err
+	}
+	defer k.remove(msg.Header.MsgID)
+	select {
+	case err := <-w.result:
+		if err != nil {
+			return nil, err
+		}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	var info KernelInfo
+	if err := w.reply().DecodeContent(&info); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// Interrupt interrupts the running execution through the REST API.
+func (k *Kernel) Interrupt(ctx context.Context) error {
+	return k.client.InterruptKernel(ctx, k.id)
+}
+
+// Restart restarts the kernel (same id, fresh state) and returns once it is
+// usable. Executions still in flight end with ErrKernelRestarted (ipykernel
+// usually finishes them first with a KeyboardInterrupt, as the server
+// interrupts before restarting).
+func (k *Kernel) Restart(ctx context.Context) error {
+	if _, err := k.client.RestartKernel(ctx, k.id); err != nil {
+		if errors.Is(err, ErrKernelNotFound) {
+			k.gone(ErrKernelNotFound)
+		}
+		return err
+	}
+	k.restarted()
+	_, err := k.ready(ctx)
+	return err
+}
+
+// InputReply answers an input_request (from the stdin channel) with value.
+func (k *Kernel) InputReply(ctx context.Context, req *Message, value string) error {
+	msg, err := newMessage(ChannelStdin, "input_reply", k.session, map[string]string{"value": value})
+	if err != nil {
+		return err
+	}
+	msg.ParentHeader = req.Header
+	return k.send(ctx, msg, nil)
+}
+
+// Close closes the connection; in-flight requests end with ErrClosed. It
+// does not shut the kernel down (see Client.DeleteKernel).
+func (k *Kernel) Close() error {
+	k.mu.Lock()
+	if errors.Is(k.goneErr, ErrClosed) {
+		k.mu.Unlock()
+		return nil
+	}
+	k.goneErr = ErrClosed
+	conn := k.conn
+	k.conn = nil
+	pend := k.takePendingLocked()
+	k.changedLocked()
+	k.mu.Unlock()
+
+	for _, r := range pend {
+		r.fail(ErrClosed)
+	}
+	if conn != nil {
+		// The error only says how the close handshake went; the
+		// connection is closed either way.
+		_ = conn.Close(websocket.StatusNormalClosure, "")
+	}
+	k.cancel()
+	k.readers.Wait()
+	return nil
+}
+
+// send makes sure the connection is usable, registers r (if non-nil) under
+// msg's id and writes msg.
+func (k *Kernel) send(ctx context.Context, msg *Message, r request) error {
+	id := msg.Header.MsgID
+	for {
+		conn, err := k.ready(ctx)
+		if err != nil {
+			return err
+		}
+		// Register only if nothing happened since ready(): a restart or a
+		// drop in between would otherwise leave r waiting for messages that
+		// will never come, as it missed the failAll.
+		k.mu.Lock()
+		if k.conn != conn || k.needNudge || k.goneErr != nil {
+			k.mu.Unlock()
+			continue
+		}
+		if r != nil {
+			k.pending[id] = r
+		}
+		k.mu.Unlock()
+
+		if err := k.write(conn, msg); err != nil {
+			k.remove(id)
+			return err
+		}
+		return nil
+	}
+}
+
+func (k *Kernel) write(conn *websocket.Conn, msg *Message) error {
+	data, bin, err := msg.encode()
+	if err != nil {
+		return err
+	}
+	typ := websocket.MessageText
+	if bin {
+		typ = websocket.MessageBinary
+	}
+	wctx, cancel := context.WithTimeout(k.ctx, writeTimeout)
+	defer cancel()
+	if err := conn.Write(wctx, typ, data); err != nil {
+		k.connLost(conn, err)
+		if serr := k.client.staleErr(); serr != nil {
+			return serr
+		}
+		return fmt.Errorf("send %s: %w: %v", msg.Header.MsgType, ErrConnectionLost, err)
+	}
+	return nil
+}
+
+// ready returns a usable connection: it reconnects after a drop and, after
+// a restart, nudges the kernel until its iopub is subscribed.
+func (k *Kernel) ready(ctx context.Context) (*websocket.Conn, error) {
+	select {
+	case k.connSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-k.connSem }()
+
+	if err := k.usable(); err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	conn, nudge := k.conn, k.needNudge
+	k.mu.Unlock()
+
+	if conn == nil {
+		c, err := k.dial(ctx)
+		if err != nil {
+			if errors.Is(err, ErrKernelNotFound) {
+				k.gone(ErrKernelNotFound)
+			}
+			return nil, err
+		}
+		k.mu.Lock()
+		if k.goneErr != nil { // closed while we dialled
+			err := k.goneErr
+			k.mu.Unlock()
+			_ = c.CloseNow()
+			return nil, err
+		}
+		// The server nudges every new connection before reading from it,
+		// so a fresh connection needs no nudge of ours.
+		k.conn, k.needNudge = c, false
+		k.mu.Unlock()
+		k.startReader(c)
+		return c, nil
+	}
+	if nudge {
+		if err := k.nudge(ctx, conn); err != nil {
+			return nil, err
+		}
+		k.mu.Lock()
+		k.needNudge = false
+		k.mu.Unlock()
+	}
+	return conn, nil
+}
+
+// usable reports why the kernel cannot be used, if it cannot.
+func (k *Kernel) usable() error {
+	k.mu.Lock()
+	gone := k.goneErr
+	k.mu.Unlock()
+	if errors.Is(gone, ErrClosed) {
+		return ErrClosed
+	}
+	if err := k.client.staleErr(); err != nil {
+		return err
+	}
+	return gone
+}
+
+// nudge sends kernel_info_request every NudgeInterval until one of them has
+// both its reply and an iopub message: proof that iopub is subscribed again
+// and the restarted kernel is up.
+func (k *Kernel) nudge(ctx context.Context, conn *websocket.Conn) error {
+	result := make(chan error, 1)
+	var ids []string
+	defer func() {
+		for _, id := range ids {
+			k.remove(id)
+		}
+	}()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-result:
+			if err == nil {
+				return nil
+			}
+			// A restart while nudging just means the kernel is still
+			// coming back; anything else is final.
+			if !errors.Is(err, ErrKernelRestarted) {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			msg, err := newMessage(ChannelShell, "kernel_info_request", k.session, struct{}{})
+			if err != nil {
+				return err
+			}
+			w := &replyWaiter{wantIOPub: true, result: result}
+			k.mu.Lock()
+			if k.conn != conn {
+				k.mu.Unlock()
+				return fmt.Errorf("nudge kernel: %w", ErrConnectionLost)
+			}
+			k.pending[msg.Header.MsgID] = w
+			k.mu.Unlock()
+			ids = append(ids, msg.Header.MsgID)
+			if err := k.write(conn, msg); err != nil {
+				return err
+			}
+			t.Reset(k.opts.NudgeInterval)
+		}
+	}
+}
+
+func (k *Kernel) dial(ctx context.Context) (*websocket.Conn, error) {
+	u := *k.client.base
+	switch u.Scheme {
+	case "https":
+		u.Scheme = "wss"
+	default:
+		u.Scheme = "ws"
+	}
+	u.Path = kernelPath(k.id) + "/channels"
+	u.RawQuery = "session_id=" + k.session
+	conn, resp, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{
+		HTTPClient:      k.client.http,
+		HTTPHeader:      http.Header{"Authorization": {"token " + k.client.token}},
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		if serr := k.client.staleErr(); serr != nil {
+			return nil, serr
+		}
+		if resp != nil && resp.StatusCode == http.StatusNotFound {
+			return nil, fmt.Errorf("connect kernel: %w", ErrKernelNotFound)
+		}
+		return nil, fmt.Errorf("jupyter: connect kernel %s: %w", k.id, err)
+	}
+	conn.SetReadLimit(readLimit)
+	return conn, nil
+}
+
+func (k *Kernel) startReader(conn *websocket.Conn) {
+	k.readers.Add(1)
+	go k.readLoop(conn)
+}
+
+// readLoop is the connection's only reader. It never blocks on consumers:
+// delivering a message only appends it to the request's queue.
+func (k *Kernel) readLoop(conn *websocket.Conn) {
+	defer k.readers.Done()
+	for {
+		typ, data, err := conn.Read(k.ctx)
+		if err != nil {
+			k.connLost(conn, err)
+			return
+		}
+		var m *Message
+		if typ == websocket.MessageBinary {
+			m, err = decodeBinary(data)
+		} else {
+			m, err = decodeText(data)
+		}
+		if err != nil {
+			k.log.Debug("dropping undecodable kernel message", "error", err)
+			continue
+		}
+		k.dispatch(conn, m)
+	}
+}
+
+func (k *Kernel) dispatch(conn *websocket.Conn, m *Message) {
+	if m.Channel == ChannelIOPub {
+		switch m.Type() {
+		case "status":
+			// The server sends restarting/dead with an empty parent when the
+			// kernel process died; they concern every request.
+			var st StatusContent
+			if m.DecodeContent(&st) == nil {
+				switch st.ExecutionState {
+				case "restarting":
+					k.log.Info("kernel died and is restarting")
+					k.restarted()
+					return
+				case "dead":
+					k.log.Warn("kernel died and will not be restarted")
+					k.gone(ErrKernelDied)
+					_ = conn.CloseNow() // the server leaves it open, but it is useless
+					return
+				}
+			}
+		case "shutdown_reply":
+			// A shutdown we did not ask for (DELETE through REST, or the
+			// server stopping): the kernel is going away.
+			var sr struct {
+				Restart bool `json:"restart"`
+			}
+			if m.DecodeContent(&sr) == nil && !sr.Restart && !k.isPending(m.ParentHeader.MsgID) {
+				k.gone(ErrKernelDied)
+				return
+			}
+		}
+	}
+	k.mu.Lock()
+	r := k.pending[m.ParentHeader.MsgID]
+	k.mu.Unlock()
+	if r != nil {
+		r.deliver(m)
+	}
+	// Anything else (the server's nudges, other sessions' traffic) is
+	// ignored on purpose.
+}
+
+func (k *Kernel) isPending(id string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.pending[id]
+	return ok
+}
+
+// restarted records a kernel restart: in-flight requests can never complete
+// and the next request must nudge first.
+func (k *Kernel) restarted() {
+	k.mu.Lock()
+	k.restarts++
+	k.needNudge = true
+	pend := k.takePendingLocked()
+	k.changedLocked()
+	k.mu.Unlock()
+	for _, r := range pend {
+		r.fail(ErrKernelRestarted)
+	}
+}
+
+// gone records that the kernel is unusable for good.
+func (k *Kernel) gone(err error) {
+	k.mu.Lock()
+	if k.goneErr != nil {
+		k.mu.Unlock()
+		return
+	}
+	k.goneErr = err
+	pend := k.takePendingLocked()
+	k.changedLocked()
+	k.mu.Unlock()
+	for _, r := range pend {
+		r.fail(err)
+	}
+}
+
+// connLost handles a dead connection: requests sent on it are failed, and
+// the next request reconnects.
+func (k *Kernel) connLost(conn *websocket.Conn, cause error) {
+	k.mu.Lock()
+	if k.conn != conn {
+		k.mu.Unlock()
+		return // already replaced, or closed by Close
+	}
+	k.conn = nil
+	pend := k.takePendingLocked()
+	k.mu.Unlock()
+	_ = conn.CloseNow()
+
+	err := k.client.staleErr()
+	if err == nil {
+		err = fmt.Errorf("%w: %v", ErrConnectionLost, cause)
+		if len(pend) > 0 {
+			k.log.Warn("kernel connection lost", "error", cause, "in_flight", len(pend))
+		}
+	}
+	for _, r := range pend {
+		r.fail(err)
+	}
+}
+
+func (k *Kernel) takePendingLocked() []request {
+	pend := make([]request, 0, len(k.pending))
+	for id, r := range k.pending {
+		pend = append(pend, r)
+		delete(k.pending, id)
+	}
+	return pend
+}
+
+func (k *Kernel) remove(id string) {
+	k.mu.Lock()
+	delete(k.pending, id)
+	k.mu.Unlock()
+}

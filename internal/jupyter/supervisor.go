@@ -1,0 +1,506 @@
+package jupyter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// DefaultCommand runs Debian's Jupyter Server. It names /usr/bin/python3
+// explicitly: the python3 first on PATH may be another build without Jupyter.
+var DefaultCommand = []string{"/usr/bin/python3", "-m", "jupyter_server"}
+
+// stableRun is how long a server must have run for a later crash to restart
+// it after MinBackoff again, rather than after the grown backoff.
+const stableRun = 30 * time.Second
+
+// User is the identity the server and its kernels run as.
+type User struct {
+	UID, GID uint32
+	Groups   []uint32 // supplementary groups; nil: none
+	Home     string   // HOME, and the server's working directory
+	Name     string   // USER and LOGNAME; empty: not set
+}
+
+// Options configures a Supervisor. Every zero value is a usable default.
+type Options struct {
+	// Command is the server's argv prefix; our flags are appended.
+	// Zero: DefaultCommand.
+	Command []string
+	// Args are appended after our flags; later flags win, so they can
+	// override ours. Zero: none.
+	Args []string
+	// Env is added to the clean environment the server (and so every
+	// kernel) gets, e.g. "PLOTLY_RENDERER=plotly_mimetype". Later entries
+	// win. Zero: nothing added.
+	Env []string
+	// RunAs runs the server and kernels as this user (envd must be root).
+	// Zero (nil): envd's own user.
+	RunAs *User
+	// RuntimeDir holds the server's config, token and connection files. It
+	// is created (0700, owned by RunAs) if missing. Zero: a fresh temporary
+	// directory, removed by Stop.
+	RuntimeDir string
+
+	// URL and Token select an existing server: no process is started, it
+	// is only health-checked, and it is never restarted. Zero: start our own.
+	URL, Token string
+
+	// Logger receives the supervisor's logs. Zero: slog.Default().
+	Logger *slog.Logger
+	// StartTimeout bounds each start, from spawn to healthy. Zero: 60 s.
+	StartTimeout time.Duration
+	// StopGrace is how long Stop waits after SIGTERM before SIGKILL. Jupyter
+	// needs about a second to shut its kernels down. Zero: 5 s.
+	StopGrace time.Duration
+	// MinBackoff and MaxBackoff bound the delay before restarting a server
+	// that died; it doubles on each consecutive failure. Zero: 100 ms, 10 s.
+	MinBackoff, MaxBackoff time.Duration
+	// LogTailBytes is how much of the server's output is kept for the crash
+	// log. Zero: 64 KiB.
+	LogTailBytes int
+	// DisableLatencyFixes leaves out the server's TCP_NODELAY patch and the
+	// client's TCP_QUICKACK, to measure what they are worth. Zero: fixes on.
+	DisableLatencyFixes bool
+}
+
+// ServerState is where a Supervisor's server is in its life.
+type ServerState int
+
+// Server states. A server moves Starting -> Ready -> Restarting -> Starting
+// ... until Stopped, which is final.
+const (
+	ServerStarting ServerState = iota
+	ServerReady
+	ServerRestarting // exited; waiting out the backoff before the next start
+	ServerStopped
+)
+
+func (s ServerState) String() string {
+	switch s {
+	case ServerStarting:
+		return "starting"
+	case ServerReady:
+		return "ready"
+	case ServerRestarting:
+		return "restarting"
+	case ServerStopped:
+		return "stopped"
+	}
+	return "ServerState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// ServerStatus is a snapshot of the supervised server.
+type ServerStatus struct {
+	State ServerState
+	// Generation counts the server runs that became ready. When it changes,
+	// every kernel of the previous generation is gone.
+	Generation uint64
+	URL        string // of the ready server; empty otherwise
+	PID        int    // of the server process; 0 for an external server
+	// Err says why the last run ended or failed to start; nil if none did.
+	Err error
+	// Changed is closed when any field above changes.
+	Changed <-chan struct{}
+}
+
+// Supervisor runs a Jupyter server and keeps it running.
+//
+// Use: New, then Start (it returns once the server is healthy); get a
+// Client for REST calls and kernel connections; watch Status to learn that
+// the server was restarted (Generation changed: all kernels are gone; old
+// clients now fail with ErrServerRestarted); Stop at shutdown.
+type Supervisor struct {
+	opts       Options
+	log        *slog.Logger
+	runtimeDir string // set by Start
+	ownsDir    bool   // runtimeDir is a temp dir of ours
+
+	ctx     context.Context // cancelled by Stop
+	cancel  context.CancelFunc
+	killNow chan struct{} // closed when Stop's context ends: skip the grace
+	done    chan struct{} // closed when the supervision loop has exited
+	first   chan error    // outcome of the first start, for Start
+
+	mu        sync.Mutex
+	started   bool          // guarded by mu
+	stopping  bool          // guarded by mu
+	firstSent bool          // guarded by mu
+	status    ServerStatus  // guarded by mu; Changed unset
+	changed   chan struct{} // guarded by mu
+	client    *Client       // of the ready generation; guarded by mu
+	token     string        // guarded by mu
+}
+
+// New returns a Supervisor; nothing runs until Start.
+func New(opts Options) *Supervisor {
+	if len(opts.Command) == 0 {
+		opts.Command = DefaultCommand
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = 60 * time.Second
+	}
+	if opts.StopGrace <= 0 {
+		opts.StopGrace = 5 * time.Second
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 100 * time.Millisecond
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 10 * time.Second
+	}
+	opts.MaxBackoff = max(opts.MaxBackoff, opts.MinBackoff)
+	if opts.LogTailBytes <= 0 {
+		opts.LogTailBytes = 64 << 10
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Supervisor{
+		opts:    opts,
+		log:     opts.Logger.With("component", "jupyter"),
+		ctx:     ctx,
+		cancel:  cancel,
+		killNow: make(chan struct{}),
+		done:    make(chan struct{}),
+		first:   make(chan error, 1),
+		changed: make(chan struct{}),
+	}
+}
+
+// Start starts the server and waits until it is healthy, ctx is done, or
+// the first attempt failed. Whatever it returns, the supervisor keeps
+// (re)starting the server in the background until Stop, which must be
+// called in every case.
+func (s *Supervisor) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started || s.stopping {
+		s.mu.Unlock()
+		return errors.New("jupyter: supervisor already started")
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	if s.opts.URL != "" {
+		close(s.done) // no supervision loop
+		return s.attach(ctx)
+	}
+	if err := s.prepareDir(); err != nil {
+		close(s.done)
+		s.setStatus(func(st *ServerStatus) { st.Err = err })
+		return err
+	}
+	go s.loop()
+	select {
+	case err := <-s.first:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("jupyter: wait for server: %w", ctx.Err())
+	}
+}
+
+// attach health-checks an existing server and publishes it as generation 1.
+func (s *Supervisor) attach(ctx context.Context) error {
+	c, err := NewClient(s.opts.URL, s.opts.Token, ClientOptions{Logger: s.log, DisableQuickAck: s.opts.DisableLatencyFixes})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
+	defer cancel()
+	for {
+		err = c.health(ctx)
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			c.Close()
+			err = fmt.Errorf("jupyter: server at %s is not healthy: %w", s.opts.URL, err)
+			s.setStatus(func(st *ServerStatus) { st.Err = err })
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	c.stale = s.staleFunc(1)
+	s.mu.Lock()
+	s.client, s.token = c, s.opts.Token
+	s.mu.Unlock()
+	s.setStatus(func(st *ServerStatus) {
+		*st = ServerStatus{State: ServerReady, Generation: 1, URL: c.URL()}
+	})
+	return nil
+}
+
+// Stop stops the server: SIGTERM (Jupyter then shuts its kernels down),
+// SIGKILL after StopGrace or as soon as ctx is done, then SIGKILL for any
+// process of the run still alive (orphaned kernels, their children). It
+// returns once all are signalled and the server is reaped. An external
+// server is left running.
+func (s *Supervisor) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	already, started := s.stopping, s.started
+	s.stopping = true
+	s.mu.Unlock()
+	if already {
+		select {
+		case <-s.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.cancel()
+	if started {
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			close(s.killNow)
+			<-s.done // killing takes milliseconds
+		}
+	} else {
+		close(s.done)
+	}
+	s.mu.Lock()
+	c := s.client
+	s.client, s.token = nil, ""
+	s.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	s.setStatus(func(st *ServerStatus) { st.State, st.URL, st.PID = ServerStopped, "", 0 })
+	if s.runtimeDir != "" && !s.ownsDir {
+		// Leave the caller's directory, but not a token in it.
+		_ = os.Remove(filepath.Join(s.runtimeDir, "config", "jupyter_server_config.json"))
+	}
+	if s.ownsDir {
+		if err := os.RemoveAll(s.runtimeDir); err != nil {
+			return fmt.Errorf("jupyter: remove runtime dir: %w", err)
+		}
+	}
+	return nil
+}
+
+// Ready blocks until the server is healthy, ctx is done, or the supervisor
+// is stopped (ErrStopped).
+func (s *Supervisor) Ready(ctx context.Context) error {
+	for {
+		st := s.Status()
+		switch st.State {
+		case ServerReady:
+			return nil
+		case ServerStopped:
+			return ErrStopped
+		}
+		select {
+		case <-st.Changed:
+		case <-ctx.Done():
+			if st.Err != nil {
+				return fmt.Errorf("jupyter: server not ready: %w (last error: %v)", ctx.Err(), st.Err)
+			}
+			return fmt.Errorf("jupyter: server not ready: %w", ctx.Err())
+		}
+	}
+}
+
+// Client waits until the server is ready and returns a client bound to the
+// current generation. Do not Close it: the supervisor does, when the
+// generation ends.
+func (s *Supervisor) Client(ctx context.Context) (*Client, error) {
+	for {
+		if err := s.Ready(ctx); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		c := s.client
+		s.mu.Unlock()
+		if c != nil && c.staleErr() == nil {
+			return c, nil
+		}
+	}
+}
+
+// Status returns the server's current state.
+func (s *Supervisor) Status() ServerStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	st.Changed = s.changed
+	return st
+}
+
+// URL returns the ready server's base URL, or "" if it is not ready.
+func (s *Supervisor) URL() string { return s.Status().URL }
+
+// Token returns the ready server's token, or "" if it is not ready.
+func (s *Supervisor) Token() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.status.State != ServerReady {
+		return ""
+	}
+	return s.token
+}
+
+func (s *Supervisor) setStatus(f func(*ServerStatus)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.status.State == ServerStopped {
+		return // final
+	}
+	f(&s.status)
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// staleFunc tells a generation's client whether its server is still the
+// live one.
+func (s *Supervisor) staleFunc(gen uint64) func() error {
+	return func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch {
+		case s.status.State == ServerReady && s.status.Generation == gen:
+			return nil
+		case s.stopping || s.status.State == ServerStopped:
+			return ErrStopped
+		}
+		return ErrServerRestarted
+	}
+}
+
+func (s *Supervisor) reportFirst(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.firstSent {
+		s.firstSent = true
+		s.first <- err
+	}
+}
+
+// loop runs the server until Stop, restarting it with backoff.
+func (s *Supervisor) loop() {
+	defer close(s.done)
+	backoff := s.opts.MinBackoff
+	for {
+		began := time.Now()
+		err := s.runOnce()
+		if s.ctx.Err() != nil {
+			s.reportFirst(ErrStopped) // no-op unless stopped during the first start
+			return
+		}
+		if time.Since(began) >= stableRun {
+			backoff = s.opts.MinBackoff
+		}
+		s.log.Warn("restarting jupyter server", "backoff", backoff, "error", err)
+		s.setStatus(func(st *ServerStatus) {
+			st.State, st.URL, st.PID, st.Err = ServerRestarting, "", 0, err
+		})
+		// After the status, so that Start's caller sees the error there too.
+		s.reportFirst(err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		}
+		backoff = min(2*backoff, s.opts.MaxBackoff)
+	}
+}
+
+// runOnce starts one server, waits for it to be healthy, publishes it, and
+// returns when it exits or fails to start (with why) or when Stop is called
+// (with nil).
+func (s *Supervisor) runOnce() error {
+	s.setStatus(func(st *ServerStatus) { st.State, st.URL, st.PID = ServerStarting, "", 0 })
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	token := randomHex(24)
+	if err := s.writeConfig(token); err != nil {
+		return err
+	}
+	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	client, err := NewClient(url, token, ClientOptions{Logger: s.log, DisableQuickAck: s.opts.DisableLatencyFixes})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	began := time.Now()
+	run, err := s.spawn(port)
+	if err != nil {
+		return fmt.Errorf("jupyter: start server: %w", err)
+	}
+	if err := s.waitHealthy(client, run); err != nil {
+		s.stopRun(run, false)
+		if s.ctx.Err() != nil {
+			return nil
+		}
+		err = fmt.Errorf("jupyter: start server: %w", err)
+		s.log.Warn("jupyter server failed to start", "error", err, "output", run.out.String())
+		return err
+	}
+
+	s.mu.Lock()
+	gen := s.status.Generation + 1
+	client.stale = s.staleFunc(gen) // before publishing: no one else has it yet
+	s.client, s.token = client, token
+	s.mu.Unlock()
+	s.setStatus(func(st *ServerStatus) {
+		*st = ServerStatus{State: ServerReady, Generation: gen, URL: url, PID: run.pid}
+	})
+	s.log.Info("jupyter server ready", "url", url, "pid", run.pid, "generation", gen,
+		"startup_ms", time.Since(began).Milliseconds())
+	s.reportFirst(nil)
+
+	select {
+	case <-run.exited:
+		err := fmt.Errorf("jupyter server exited unexpectedly: %s", exitDesc(run.waitErr))
+		// Mark the generation dead before anything else so that clients fail
+		// with ErrServerRestarted rather than with connection errors.
+		s.setStatus(func(st *ServerStatus) {
+			st.State, st.URL, st.PID, st.Err = ServerRestarting, "", 0, err
+		})
+		orphans := sweep(run.marker)
+		s.finishOutput(run)
+		s.log.Warn("jupyter server crashed", "error", err, "pid", run.pid,
+			"orphans_killed", orphans, "output", run.out.String())
+		return err
+	case <-s.ctx.Done():
+		s.stopRun(run, true)
+		return nil
+	}
+}
+
+// waitHealthy polls the server until it answers, it exits, Stop is
+// called, or StartTimeout passes.
+func (s *Supervisor) waitHealthy(c *Client, run *serverRun) error {
+	deadline := time.NewTimer(s.opts.StartTimeout)
+	defer deadline.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+		err := c.health(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-run.exited:
+			return fmt.Errorf("server exited during startup: %s", exitDesc(run.waitErr))
+		case <-s.ctx.Done():
+			return ErrStopped
+		case <-deadline.C:
+			return fmt.Errorf("server not healthy after %s: %w", s.opts.StartTimeout, err)
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,49 @@
+package jupyter
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestTailBuffer(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		max    int
+		writes []string
+		want   string
+	}{
+		{"fits", 10, []string{"abc", "def"}, "abcdef"},
+		{"exactly full", 6, []string{"abc", "def"}, "abcdef"},
+		{"wraps", 5, []string{"abc", "def"}, "bcdef"},
+		{"wraps many times", 4, []string{"ab", "cd", "ef", "g", "hij"}, "ghij"},
+		{"one big write", 3, []string{"a", "bcdefg"}, "efg"},
+		{"big write when full", 3, []string{"abc", "defgh", "i"}, "ghi"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := newTailBuffer(tt.max)
+			for _, w := range tt.writes {
+				if n, err := b.Write([]byte(w)); n != len(w) || err != nil {
+					t.Fatalf("write = %d, %v", n, err)
+				}
+			}
+			if got := b.String(); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTailBufferStaysBounded(t *testing.T) {
+	t.Parallel()
+	b := newTailBuffer(1024)
+	chunk := strings.Repeat("x", 700)
+	for range 1000 {
+		_, _ = b.Write([]byte(chunk))
+	}
+	if got := len(b.String()); got != 1024 || cap(b.buf) > 2048 {
+		t.Errorf("len %d cap %d", got, cap(b.buf))
+	}
+}
