@@ -112,7 +112,11 @@ func BasicUser(header string) (name string, ok bool) {
 		return "", false
 	}
 	name, _, ok = strings.Cut(string(raw), ":")
-	return name, ok
+	if !ok {
+		// No colon: not user:password, as net/http's BasicAuth.
+		return "", false
+	}
+	return name, true
 }
 
 type userKey struct{}

@@ -128,15 +128,14 @@ func (u *User) LoginEnv() []string {
 // Resolve turns a path as a user typed it into an absolute, cleaned path:
 // empty is defaultDir (or the home when defaultDir is empty), "~" and "~/x"
 // are in the home, relative paths are relative to the home. "~other" is
-// refused: envd does not expand other users' homes.
+// refused: envd does not expand other users' homes. defaultDir follows the
+// same rules, as upstream's.
 func (u *User) Resolve(p, defaultDir string) (string, error) {
+	if p == "" {
+		p = defaultDir
+	}
 	switch {
-	case p == "":
-		if defaultDir != "" {
-			return filepath.Clean(defaultDir), nil
-		}
-		return filepath.Clean(u.Home), nil
-	case p == "~":
+	case p == "", p == "~":
 		return filepath.Clean(u.Home), nil
 	case strings.HasPrefix(p, "~/"):
 		return filepath.Join(u.Home, p[2:]), nil

@@ -65,8 +65,19 @@ var (
 )
 
 // Enable makes envd a child subreaper and starts the loop that reaps every
-// child on SIGCHLD. Call it once, early, before starting any child.
+// child on SIGCHLD. Call it early, before starting any child; later calls
+// (a daemon run again in one test binary) do nothing.
 func Enable(logger *slog.Logger) error {
+	enableOnce.Do(func() { enableErr = enable(logger) })
+	return enableErr
+}
+
+var (
+	enableOnce sync.Once
+	enableErr  error
+)
+
+func enable(logger *slog.Logger) error {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("become child subreaper: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -136,7 +137,8 @@ func cors(next http.Handler) http.Handler {
 		if method := r.Header.Get("Access-Control-Request-Method"); r.Method == http.MethodOptions && method != "" {
 			h.Add("Vary", "Access-Control-Request-Method")
 			h.Add("Vary", "Access-Control-Request-Headers")
-			if !strings.Contains(corsMethods, strings.ToUpper(method)) {
+			// A whole method of the list: a substring such as "PATC" is not one.
+			if !slices.Contains(strings.Split(corsMethods, ", "), strings.ToUpper(method)) {
 				w.WriteHeader(http.StatusNoContent)
 				return
 			}

@@ -1,0 +1,425 @@
+package reaper_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/envd-dev/envd/internal/reaper"
+)
+
+// disabledEnv, when set, makes this test binary run without reaper.Enable,
+// so TestStartWithoutEnable can check that mode in a child process.
+const disabledEnv = "ENVD_REAPER_TEST_DISABLED"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(disabledEnv) == "" {
+		// As the daemon does: the whole test binary is a subreaper, and
+		// every child below goes through reaper.Start.
+		if err := reaper.Enable(slog.New(slog.DiscardHandler)); err != nil {
+			fmt.Fprintln(os.Stderr, "reaper.Enable:", err)
+			os.Exit(1)
+		}
+	}
+	goleak.VerifyTestMain(m,
+		// The reap loop lives as long as the process, by design.
+		goleak.IgnoreTopFunction("github.com/envd-dev/envd/internal/reaper.enable.func1"),
+	)
+}
+
+// waitTimeout bounds every wait for a child in these tests.
+const waitTimeout = 10 * time.Second
+
+func waitExit(t *testing.T, ch <-chan reaper.Exit) reaper.Exit {
+	t.Helper()
+	select {
+	case e := <-ch:
+		return e
+	case <-time.After(waitTimeout):
+		t.Fatalf("no exit status after %v", waitTimeout)
+		return reaper.Exit{}
+	}
+}
+
+func TestExit(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		status   syscall.WaitStatus // as wait4 reports it on Linux
+		wantCode int
+		wantStr  string
+	}{
+		{name: "exit 0", status: 0, wantCode: 0, wantStr: "exit status 0"},
+		{name: "exit 3", status: 3 << 8, wantCode: 3, wantStr: "exit status 3"},
+		{name: "exit 255", status: 255 << 8, wantCode: 255, wantStr: "exit status 255"},
+		{name: "killed", status: syscall.WaitStatus(syscall.SIGKILL), wantCode: -1, wantStr: "signal: killed"},
+		{name: "terminated", status: syscall.WaitStatus(syscall.SIGTERM), wantCode: -1, wantStr: "signal: terminated"},
+		{name: "core dump", status: syscall.WaitStatus(syscall.SIGSEGV) | 0x80, wantCode: -1, wantStr: "signal: segmentation fault (core dumped)"},
+		{name: "abort with core", status: syscall.WaitStatus(syscall.SIGABRT) | 0x80, wantCode: -1, wantStr: "signal: aborted (core dumped)"},
+		{name: "stopped", status: syscall.WaitStatus(syscall.SIGSTOP)<<8 | 0x7f, wantCode: -1, wantStr: "unknown wait status 0x137f"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := reaper.Exit{Status: tt.status}
+			if got := e.Code(); got != tt.wantCode {
+				t.Errorf("Code() = %d, want %d", got, tt.wantCode)
+			}
+			if got := e.String(); got != tt.wantStr {
+				t.Errorf("String() = %q, want %q", got, tt.wantStr)
+			}
+		})
+	}
+}
+
+// TestExitMatchesOS: real children end the way os.ProcessState describes them.
+func TestExitMatchesOS(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		script   string
+		wantCode int
+		wantStr  string
+	}{
+		{name: "success", script: "exit 0", wantCode: 0, wantStr: "exit status 0"},
+		{name: "exit code", script: "exit 3", wantCode: 3, wantStr: "exit status 3"},
+		{name: "killed", script: "kill -KILL $$", wantCode: -1, wantStr: "signal: killed"},
+		{name: "terminated", script: "kill -TERM $$", wantCode: -1, wantStr: "signal: terminated"},
+		{name: "interrupted", script: "kill -INT $$", wantCode: -1, wantStr: "signal: interrupt"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ch, err := reaper.Start(exec.Command("/bin/sh", "-c", tt.script))
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			e := waitExit(t, ch)
+			if e.Code() != tt.wantCode || e.String() != tt.wantStr {
+				t.Errorf("exit = %d %q, want %d %q", e.Code(), e.String(), tt.wantCode, tt.wantStr)
+			}
+		})
+	}
+}
+
+// procState returns the state letter of pid and its parent, or ok false
+// when /proc has no such process.
+func procState(pid int) (state byte, ppid int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return f[0][0], ppid, true
+}
+
+// zombiesOfSelf lists the zombies whose parent is this test process.
+func zombiesOfSelf() []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ppid, ok := procState(pid); ok && st == 'Z' && ppid == os.Getpid() {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// TestOrphanReaped: a child forks a grandchild and exits; the grandchild is
+// reparented to us (the subreaper), and once it exits it is reaped, not left
+// a zombie, while the child's own status still reaches its owner.
+func TestOrphanReaped(t *testing.T) {
+	t.Parallel()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// The grandchild closes its stdout at once so that it holds no pipe,
+	// then lives a little after its parent exited.
+	cmd := exec.Command("/bin/sh", "-c", `sleep 0.5 >/dev/null 2>&1 </dev/null & echo $!; exit 7`)
+	cmd.Stdout = w
+	ch, err := reaper.Start(cmd)
+	w.Close()
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		t.Fatalf("read grandchild pid: %v", err)
+	}
+	grandchild, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("grandchild pid %q: %v", line, err)
+	}
+	e := waitExit(t, ch)
+	if e.Code() != 7 || e.String() != "exit status 7" {
+		t.Fatalf("child exit = %d %q, want 7 \"exit status 7\"", e.Code(), e)
+	}
+
+	// While the grandchild still runs, it is ours.
+	if _, ppid, ok := procState(grandchild); ok && ppid != os.Getpid() {
+		t.Errorf("grandchild %d has parent %d, want this process %d (subreaper)", grandchild, ppid, os.Getpid())
+	}
+	if !slicesContains(reaper.Children(), grandchild) {
+		if _, _, ok := procState(grandchild); ok {
+			t.Errorf("Children() = %v does not list the orphan %d", reaper.Children(), grandchild)
+		}
+	}
+
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		st, _, ok := procState(grandchild)
+		if !ok {
+			break // reaped
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("grandchild %d still in /proc in state %c after %v", grandchild, st, waitTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func slicesContains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// TestConcurrentStarts: many children started at once, exiting in any
+// order, each get their own status and nobody else's.
+func TestConcurrentStarts(t *testing.T) {
+	t.Parallel()
+	const n = 64
+	type result struct {
+		i   int
+		e   reaper.Exit
+		err error
+	}
+	results := make(chan result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			// Every fourth kills itself; the others exit with their index.
+			script := fmt.Sprintf("exit %d", i)
+			if i%4 == 3 {
+				script = "kill -KILL $$"
+			}
+			ch, err := reaper.Start(exec.Command("/bin/sh", "-c", script))
+			if err != nil {
+				results <- result{i: i, err: err}
+				return
+			}
+			select {
+			case e := <-ch:
+				results <- result{i: i, e: e}
+			case <-time.After(waitTimeout):
+				results <- result{i: i, err: errors.New("no exit status")}
+			}
+		})
+	}
+	wg.Wait()
+	close(results)
+	for r := range results {
+		if r.err != nil {
+			t.Errorf("child %d: %v", r.i, r.err)
+			continue
+		}
+		want := fmt.Sprintf("exit status %d", r.i)
+		if r.i%4 == 3 {
+			want = "signal: killed"
+		}
+		if r.e.String() != want {
+			t.Errorf("child %d: exit %q, want %q", r.i, r.e, want)
+		}
+	}
+	if z := zombiesOfSelf(); len(z) > 0 {
+		// Other parallel tests may have a child that just exited: look again.
+		time.Sleep(200 * time.Millisecond)
+		for _, pid := range z {
+			if st, ppid, ok := procState(pid); ok && st == 'Z' && ppid == os.Getpid() {
+				t.Errorf("zombie %d left behind", pid)
+			}
+		}
+	}
+}
+
+// TestExitDeliveredOnce: the channel gets exactly one status.
+func TestExitDeliveredOnce(t *testing.T) {
+	t.Parallel()
+	ch, err := reaper.Start(exec.Command("/bin/true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := waitExit(t, ch); e.Code() != 0 {
+		t.Fatalf("exit = %q", e)
+	}
+	select {
+	case e := <-ch:
+		t.Fatalf("second status %q", e)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func TestStartStdio(t *testing.T) {
+	t.Parallel()
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	tests := []struct {
+		name    string
+		set     func(*exec.Cmd)
+		wantErr bool
+	}{
+		{name: "nil stdio", set: func(*exec.Cmd) {}},
+		{name: "file stdio", set: func(c *exec.Cmd) { c.Stdin, c.Stdout, c.Stderr = f, f, f }},
+		{name: "buffer stdout refused", set: func(c *exec.Cmd) { c.Stdout = new(bytes.Buffer) }, wantErr: true},
+		{name: "reader stdin refused", set: func(c *exec.Cmd) { c.Stdin = strings.NewReader("x") }, wantErr: true},
+		{name: "writer stderr refused", set: func(c *exec.Cmd) { c.Stderr = io.Discard }, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command("/bin/true")
+			tt.set(cmd)
+			ch, err := reaper.Start(cmd)
+			if tt.wantErr {
+				if err == nil {
+					waitExit(t, ch)
+					t.Fatal("Start accepted stdio that is not an *os.File")
+				}
+				if cmd.Process != nil {
+					t.Errorf("Start refused the command but started it (pid %d)", cmd.Process.Pid)
+				}
+				if !strings.Contains(err.Error(), "*os.File") {
+					t.Errorf("error %q does not say what stdio is allowed", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			if e := waitExit(t, ch); e.Code() != 0 {
+				t.Errorf("exit %q", e)
+			}
+		})
+	}
+}
+
+func TestStartMissingExecutable(t *testing.T) {
+	t.Parallel()
+	ch, err := reaper.Start(exec.Command("/no/such/program"))
+	if err == nil {
+		waitExit(t, ch)
+		t.Fatal("Start of a missing program: no error")
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("error %v, want one wrapping os.ErrNotExist", err)
+	}
+	// A failed start leaves nothing registered: a later child still works.
+	ch, err = reaper.Start(exec.Command("/bin/sh", "-c", "exit 5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := waitExit(t, ch); e.Code() != 5 {
+		t.Errorf("exit %q, want exit status 5", e)
+	}
+}
+
+// TestChildren: a running child is listed, and no longer once it is reaped.
+func TestChildren(t *testing.T) {
+	t.Parallel()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	cmd := exec.Command("/bin/cat")
+	cmd.Stdin = r
+	ch, err := reaper.Start(cmd)
+	r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if !slicesContains(reaper.Children(), pid) {
+		t.Errorf("Children() = %v, want it to list %d", reaper.Children(), pid)
+	}
+	w.Close() // cat reads EOF and exits
+	if e := waitExit(t, ch); e.Code() != 0 {
+		t.Fatalf("exit %q", e)
+	}
+	if slicesContains(reaper.Children(), pid) {
+		t.Errorf("Children() = %v still lists %d after it was reaped", reaper.Children(), pid)
+	}
+}
+
+// TestStartWithoutEnable runs this test binary again without Enable and
+// checks there that Start still delivers statuses (through os.Process.Wait).
+func TestStartWithoutEnable(t *testing.T) {
+	if os.Getenv(disabledEnv) != "" {
+		for _, tc := range []struct {
+			script string
+			want   string
+		}{
+			{"exit 0", "exit status 0"},
+			{"exit 9", "exit status 9"},
+			{"kill -KILL $$", "signal: killed"},
+		} {
+			ch, err := reaper.Start(exec.Command("/bin/sh", "-c", tc.script))
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			if e := waitExit(t, ch); e.String() != tc.want {
+				t.Errorf("%s: exit %q, want %q", tc.script, e, tc.want)
+			}
+		}
+		return
+	}
+	t.Parallel()
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStartWithoutEnable$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), disabledEnv+"=1")
+	cmd.Stdout, cmd.Stderr = out, out
+	ch, err := reaper.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := waitExit(t, ch)
+	b, _ := os.ReadFile(out.Name())
+	if e.Code() != 0 || !bytes.Contains(b, []byte("--- PASS: TestStartWithoutEnable")) {
+		t.Fatalf("child test run: %s\n%s", e, b)
+	}
+}
