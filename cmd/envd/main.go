@@ -7,9 +7,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -36,6 +38,7 @@ func run() error {
 	vsockPort := fs.Uint("vsock-port", 0, "also listen on this AF_VSOCK port (0: off)")
 	fs.StringVar(&cfg.UnixSocket, "unix-socket", "", "also listen on this unix socket path")
 	fs.BoolVar(&cfg.NoJupyter, "no-jupyter", false, "run without code execution")
+	fs.BoolVar(&cfg.SyncClock, "sync-clock", false, "let POST /init set the machine's clock from its timestamp (off: the clock is never touched)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	version := fs.Bool("version", false, "print the version and exit")
@@ -43,11 +46,17 @@ func run() error {
 		return err
 	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil // -h printed the usage: not a failure
+		}
 		return err
 	}
 	if *version {
 		fmt.Println(daemon.Version)
 		return nil
+	}
+	if *vsockPort > math.MaxUint32 {
+		return fmt.Errorf("-vsock-port %d: want at most %d", *vsockPort, uint32(math.MaxUint32))
 	}
 	cfg.VsockPort = uint32(*vsockPort)
 

@@ -19,6 +19,8 @@ import (
 
 	"github.com/envd-dev/envd/internal/auth"
 	"github.com/envd-dev/envd/internal/defaults"
+	"github.com/envd-dev/envd/internal/filesystem"
+	"github.com/envd-dev/envd/internal/httpapi"
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/reaper"
@@ -38,6 +40,7 @@ type Config struct {
 	VsockPort   uint32 // 0: off; else the main handler also listens on AF_VSOCK
 	UnixSocket  string // "": off; else the main handler also listens here
 	NoJupyter   bool   // run without code execution
+	SyncClock   bool   // let POST /init set the machine's clock from its timestamp
 	Logger      *slog.Logger
 	// ShutdownGrace is how long children get between SIGTERM and SIGKILL at
 	// shutdown. Zero: 5 s.
@@ -72,10 +75,19 @@ func Run(ctx context.Context, cfg Config) error {
 	procs := process.NewManager(process.Options{Logger: log.With("component", "process"), Env: defs.Env})
 	opts := server.HandlerOptions(log, defs)
 	procPath, procHandler := process.NewService(procs, defs).Handler(opts...)
+	files := filesystem.New(filesystem.Options{Logger: log.With("component", "filesystem")})
+	defer files.Close()
+	filesPath, filesHandler := filesystem.NewService(files, defs).Handler(opts...)
+	api := httpapi.Options{Logger: log.With("component", "httpapi"), Files: files, Defaults: defs, Token: token, Version: Version}
+	if cfg.SyncClock {
+		api.SetClock = httpapi.SetSystemClock
+	}
 	routes := []server.Route{
 		{Pattern: "GET /health", Handler: http.HandlerFunc(health), Public: true},
 		{Pattern: procPath, Handler: procHandler},
+		{Pattern: filesPath, Handler: filesHandler},
 	}
+	routes = append(routes, httpapi.New(api).Routes()...)
 	h, err := server.New(server.Options{Logger: log, Token: token, Routes: routes})
 	if err != nil {
 		return fmt.Errorf("build routes: %w", err)
@@ -110,10 +122,18 @@ func Run(ctx context.Context, cfg Config) error {
 			s.Shutdown(sctx)
 		}
 	}()
-	gctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	// One grace period for everything: the processes envd started, and the
+	// orphans reparented to it, which get SIGTERM as soon as they appear.
+	deadline := time.Now().Add(cfg.ShutdownGrace)
+	gctx, cancel := context.WithDeadline(context.Background(), deadline)
+	childrenDone := make(chan struct{})
+	go func() {
+		defer close(childrenDone)
+		stopChildren(log, deadline)
+	}()
 	procs.Shutdown(gctx)
 	cancel()
-	stopChildren(log, cfg.ShutdownGrace)
+	<-childrenDone
 	// Whatever still streams (watchers, idle Connects) ends now.
 	cancelStreams()
 	<-shutdownDone
@@ -127,30 +147,38 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// stopChildren ends every process still parented to envd: orphans of
-// processes that already ended, reparented to envd as their subreaper. TERM
-// first, then KILL after grace; group leaders (terminal sessions) are
-// signalled as a group so their jobs go too.
-func stopChildren(log *slog.Logger, grace time.Duration) {
+// stopChildren ends every process parented to envd: its own children and the
+// orphans reparented to it as their subreaper, including those that appear
+// while it runs (their parent just died). Each gets TERM once, as soon as it
+// is seen; whatever is left at deadline gets KILL. Group leaders (terminal
+// sessions) are signalled as a group so their jobs go too.
+func stopChildren(log *slog.Logger, deadline time.Time) {
+	signal := func(pid int, sig syscall.Signal) {
+		if pgid, err := syscall.Getpgid(pid); err == nil && pgid == pid {
+			syscall.Kill(-pid, sig)
+		}
+		syscall.Kill(pid, sig)
+	}
 	signalAll := func(sig syscall.Signal) int {
 		kids := reaper.Children()
 		for _, pid := range kids {
-			if pgid, err := syscall.Getpgid(pid); err == nil && pgid == pid {
-				syscall.Kill(-pid, sig)
-			}
-			syscall.Kill(pid, sig)
+			signal(pid, sig)
 		}
 		return len(kids)
 	}
-	if signalAll(syscall.SIGTERM) == 0 {
-		return
-	}
-	deadline := time.Now().Add(grace)
+	termed := map[int]bool{}
 	for time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-		if len(reaper.Children()) == 0 {
+		kids := reaper.Children()
+		if len(kids) == 0 {
 			return
 		}
+		for _, pid := range kids {
+			if !termed[pid] {
+				termed[pid] = true
+				signal(pid, syscall.SIGTERM)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	for range 50 {
 		n := signalAll(syscall.SIGKILL)

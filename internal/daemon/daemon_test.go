@@ -1,0 +1,427 @@
+package daemon_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.uber.org/goleak"
+
+	pb "github.com/envd-dev/envd/gen/process"
+	"github.com/envd-dev/envd/gen/process/processconnect"
+	"github.com/envd-dev/envd/internal/daemon"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// daemon.Run makes this process a subreaper; its reap loop lives as
+		// long as the process, by design.
+		goleak.IgnoreTopFunction("github.com/envd-dev/envd/internal/reaper.enable.func1"),
+	)
+}
+
+const testTimeout = 15 * time.Second
+
+// logSink collects the daemon's JSON log lines.
+type logSink struct {
+	mu    sync.Mutex
+	lines []map[string]any
+	raw   strings.Builder
+}
+
+func (s *logSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.raw.Write(p)
+	sc := bufio.NewScanner(strings.NewReader(string(p)))
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil {
+			s.lines = append(s.lines, m)
+		}
+	}
+	return len(p), nil
+}
+
+// addrs returns the addresses the daemon logged it listens on.
+func (s *logSink) addrs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, l := range s.lines {
+		if l["msg"] == "listening" {
+			out = append(out, l["addr"].(string))
+		}
+	}
+	return out
+}
+
+func (s *logSink) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.raw.String()
+}
+
+type running struct {
+	tcp    string // host:port
+	unix   string // socket path
+	logs   *logSink
+	cancel context.CancelFunc
+	done   chan error // Run's result
+}
+
+// start runs the daemon in this process on a random port and a unix socket,
+// and returns once it is ready.
+func start(t *testing.T, cfg daemon.Config) *running {
+	t.Helper()
+	logs := &logSink{}
+	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Host = "127.0.0.1"
+	cfg.Port = 0
+	cfg.CodePort = 0
+	cfg.NoJupyter = true
+	if cfg.UnixSocket == "" {
+		cfg.UnixSocket = filepath.Join(t.TempDir(), "envd.sock")
+	}
+	ready := make(chan struct{})
+	cfg.Ready = func() { close(ready) }
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{unix: cfg.UnixSocket, logs: logs, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- daemon.Run(ctx, cfg) }()
+	select {
+	case <-ready:
+	case err := <-r.done:
+		cancel()
+		t.Fatalf("daemon.Run: %v\n%s", err, logs)
+	case <-time.After(testTimeout):
+		cancel()
+		t.Fatalf("daemon not ready after %v\n%s", testTimeout, logs)
+	}
+	for _, a := range logs.addrs() {
+		if strings.HasPrefix(a, "127.0.0.1:") {
+			r.tcp = a
+		}
+	}
+	if r.tcp == "" {
+		t.Fatalf("no TCP address in the log:\n%s", logs)
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(testTimeout):
+			t.Errorf("daemon still running at cleanup")
+		}
+	})
+	return r
+}
+
+// stop cancels Run's context and returns its result and how long it took.
+func (r *running) stop(t *testing.T, within time.Duration) (time.Duration, error) {
+	t.Helper()
+	began := time.Now()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		r.done <- err // for Cleanup
+		return time.Since(began), err
+	case <-time.After(within):
+		t.Fatalf("daemon did not stop within %v\n%s", within, r.logs)
+		return 0, nil
+	}
+}
+
+func tcpClient(t *testing.T) *http.Client {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{}, Timeout: testTimeout}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+func unixClient(t *testing.T, path string) *http.Client {
+	t.Helper()
+	c := &http.Client{
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}},
+		Timeout: testTimeout,
+	}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+func getHealth(c *http.Client, url string) (int, error) {
+	resp, err := c.Get(url + "/health")
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func TestRunServesTCPAndUnix(t *testing.T) {
+	t.Parallel()
+	r := start(t, daemon.Config{})
+	for name, tc := range map[string]struct {
+		c   *http.Client
+		url string
+	}{
+		"tcp":  {tcpClient(t), "http://" + r.tcp},
+		"unix": {unixClient(t, r.unix), "http://envd"},
+	} {
+		if code, err := getHealth(tc.c, tc.url); err != nil || code != http.StatusNoContent {
+			t.Errorf("%s: GET /health = %d, %v; want 204", name, code, err)
+		}
+		pc := processconnect.NewProcessClient(tc.c, tc.url, connect.WithProtoJSON())
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		if _, err := pc.List(ctx, connect.NewRequest(&pb.ListRequest{})); err != nil {
+			t.Errorf("%s: List: %v", name, err)
+		}
+		cancel()
+	}
+	// The daemon's route table went through server.New, which refuses a
+	// route declared twice: serving at all proves the table is sound.
+	if took, err := r.stop(t, testTimeout); err != nil {
+		t.Fatalf("Run returned %v after %v", err, took)
+	}
+	if _, err := os.Stat(r.unix); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("unix socket %s left behind after shutdown: %v", r.unix, err)
+	}
+	if strings.Contains(r.logs.String(), `"level":"ERROR"`) {
+		t.Errorf("errors logged:\n%s", r.logs)
+	}
+}
+
+// TestRunReplacesStaleSocket: a socket file left by a crashed envd does not
+// stop the next one from starting.
+func TestRunReplacesStaleSocket(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "stale.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Leave the file, as a crash would.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	r := start(t, daemon.Config{UnixSocket: path})
+	if code, err := getHealth(unixClient(t, path), "http://envd"); err != nil || code != 204 {
+		t.Fatalf("GET /health over the replaced socket: %d, %v", code, err)
+	}
+	r.stop(t, testTimeout)
+}
+
+func TestRunErrors(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() })
+	busyPort := busy.Addr().(*net.TCPAddr).Port
+
+	tests := []struct {
+		name    string
+		cfg     daemon.Config
+		wantErr string
+	}{
+		{name: "unknown default user", cfg: daemon.Config{Host: "127.0.0.1", DefaultUser: "no-such-user-envd-test"}, wantErr: "default user: unknown user"},
+		{name: "port in use", cfg: daemon.Config{Host: "127.0.0.1", Port: busyPort}, wantErr: "listen on port " + strconv.Itoa(busyPort)},
+		{name: "unix socket in a missing directory", cfg: daemon.Config{Host: "127.0.0.1", UnixSocket: "/no/such/dir/envd.sock"}, wantErr: "listen on unix socket /no/such/dir/envd.sock"},
+		{name: "bad host", cfg: daemon.Config{Host: "not a host"}, wantErr: "listen on port"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.cfg.Logger = slog.New(slog.DiscardHandler)
+			tt.cfg.NoJupyter = true
+			tt.cfg.Ready = func() { t.Error("Ready called for a daemon that failed") }
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			err := daemon.Run(ctx, tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Run = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestRunClosesListenersOnFailure: when a later listener fails, the TCP one
+// opened before it is closed again. Not parallel, as TestNoLeakedListener.
+func TestRunClosesListenersOnFailure(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	err = daemon.Run(context.Background(), daemon.Config{
+		Host: "127.0.0.1", Port: port, NoJupyter: true,
+		UnixSocket: "/no/such/dir/envd.sock",
+		Logger:     slog.New(slog.DiscardHandler),
+	})
+	if err == nil {
+		t.Fatal("Run succeeded with a bad unix socket path")
+	}
+	ln, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatalf("port %d still taken after a failed start: %v", port, err)
+	}
+	ln.Close()
+}
+
+// alive tells whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] != "Z"
+}
+
+// childOf returns a child of pid, 0 when it has none.
+func childOf(pid int) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			c, _ := strconv.Atoi(e.Name())
+			return c
+		}
+	}
+	return 0
+}
+
+// startProcess starts cmd through the API and returns its pid; the stream
+// stays open until the test ends or the daemon stops.
+func startProcess(t *testing.T, pc processconnect.ProcessClient, cmd string, args ...string) uint32 {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := pc.Start(ctx, connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: cmd, Args: args, Cwd: new("/")}}))
+	if err != nil {
+		t.Fatalf("Start %s: %v", cmd, err)
+	}
+	t.Cleanup(func() { stream.Close() })
+	if !stream.Receive() {
+		t.Fatalf("Start %s: %v", cmd, stream.Err())
+	}
+	pid := stream.Msg().GetEvent().GetStart().GetPid()
+	if pid == 0 {
+		t.Fatalf("Start %s: first event %v, want start", cmd, stream.Msg())
+	}
+	go func() {
+		for stream.Receive() {
+		}
+	}()
+	return pid
+}
+
+// TestShutdownStopsChildren: at shutdown, a child that ignores SIGTERM is
+// killed after the grace period, and Run returns nil soon after.
+func TestShutdownStopsChildren(t *testing.T) {
+	t.Parallel()
+	const grace = 500 * time.Millisecond
+	r := start(t, daemon.Config{ShutdownGrace: grace})
+	pc := processconnect.NewProcessClient(tcpClient(t), "http://"+r.tcp, connect.WithProtoJSON())
+	polite := startProcess(t, pc, "/bin/sleep", "300")
+	stubborn := startProcess(t, pc, "/bin/sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`)
+	// Its child ignores SIGTERM too, and is orphaned when the shell is killed.
+	parent := startProcess(t, pc, "/bin/sh", "-c", `trap "" TERM; sleep 300; true`)
+	var orphan int
+	deadline := time.Now().Add(testTimeout)
+	for orphan == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no child of %d", parent)
+		}
+		time.Sleep(20 * time.Millisecond)
+		orphan = childOf(int(parent))
+	}
+
+	took, err := r.stop(t, grace+testTimeout)
+	if err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	// TERM to both, KILL to the shell after grace; one grace in all.
+	if took > grace+2*time.Second {
+		t.Errorf("shutdown took %v with a grace of %v", took, grace)
+	}
+	for _, pid := range []uint32{polite, stubborn, parent, uint32(orphan)} {
+		if alive(int(pid)) {
+			t.Errorf("pid %d still alive after shutdown", pid)
+			syscall.Kill(int(pid), syscall.SIGKILL)
+		}
+	}
+}
+
+// TestShutdownEndsStreams: a client following a process sees its stream end
+// at shutdown instead of hanging.
+func TestShutdownEndsStreams(t *testing.T) {
+	t.Parallel()
+	r := start(t, daemon.Config{ShutdownGrace: 300 * time.Millisecond})
+	pc := processconnect.NewProcessClient(tcpClient(t), "http://"+r.tcp, connect.WithProtoJSON())
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	stream, err := pc.Start(ctx, connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/sleep", Args: []string{"300"}, Cwd: new("/")}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		t.Fatal(stream.Err())
+	}
+	ended := make(chan *pb.ProcessEvent_EndEvent, 1)
+	go func() {
+		var end *pb.ProcessEvent_EndEvent
+		for stream.Receive() {
+			if e := stream.Msg().GetEvent().GetEnd(); e != nil {
+				end = e
+			}
+		}
+		ended <- end
+	}()
+	if _, err := r.stop(t, testTimeout); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case end := <-ended:
+		if end == nil || end.GetStatus() != "signal: terminated" {
+			t.Errorf("end event %v, want the process terminated by SIGTERM", end)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("stream still open after shutdown")
+	}
+}
+
+// TestNoLeakedListener: after Run returns, its port can be listened on again.
+// Not parallel: no other daemon of this process may take the port meanwhile.
+func TestNoLeakedListener(t *testing.T) {
+	r := start(t, daemon.Config{})
+	r.stop(t, testTimeout)
+	ln, err := net.Listen("tcp", r.tcp)
+	if err != nil {
+		t.Fatalf("listen on %s after shutdown: %v", r.tcp, err)
+	}
+	ln.Close()
+}

@@ -1,0 +1,86 @@
+package filesystem
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"syscall"
+)
+
+// Kinds of failure. Every error this package returns matches one of them with
+// errors.Is (or none, for a failure of envd itself); the adapters map them to
+// Connect codes and HTTP statuses.
+var (
+	ErrNotFound   = errors.New("not found")
+	ErrExists     = errors.New("already exists")
+	ErrInvalid    = errors.New("invalid argument") // a bad path, a file where a directory is needed, and so on
+	ErrPermission = errors.New("permission denied")
+	ErrLoop       = errors.New("too many levels of symbolic links")
+	ErrNoSpace    = errors.New("not enough disk space")
+	ErrLagging    = errors.New("events lost") // a watcher's queue overflowed
+	ErrClosed     = errors.New("closed")
+)
+
+// kindError carries one of the kinds above, a message for the user, and the
+// underlying cause.
+type kindError struct {
+	kind error
+	msg  string
+	err  error
+}
+
+func (e *kindError) Error() string        { return e.msg }
+func (e *kindError) Unwrap() error        { return e.err }
+func (e *kindError) Is(target error) bool { return target == e.kind }
+
+func newErr(kind, cause error, format string, args ...any) error {
+	return &kindError{kind: kind, msg: fmt.Sprintf(format, args...), err: cause}
+}
+
+// kindOf classifies an error from the operating system.
+func kindOf(err error) error {
+	var errno syscall.Errno
+	switch {
+	case errors.As(err, &errno):
+		switch errno {
+		case syscall.ENOENT:
+			return ErrNotFound
+		case syscall.EEXIST, syscall.ENOTEMPTY:
+			return ErrExists
+		case syscall.EACCES, syscall.EPERM, syscall.EROFS:
+			return ErrPermission
+		case syscall.ELOOP:
+			return ErrLoop
+		case syscall.ENOSPC, syscall.EDQUOT:
+			return ErrNoSpace
+		case syscall.ENOTDIR, syscall.EISDIR, syscall.EINVAL, syscall.ENAMETOOLONG, syscall.EXDEV:
+			return ErrInvalid
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		return ErrNotFound
+	case errors.Is(err, fs.ErrPermission):
+		return ErrPermission
+	}
+	return nil
+}
+
+// osErr wraps an error from the operating system with a message that says
+// what could not be done to which path, and for whom when permission was the
+// problem.
+func osErr(userName, what, path string, err error) error {
+	kind := kindOf(err)
+	cause := err
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		cause = pe.Err
+	}
+	switch kind {
+	case ErrPermission:
+		return newErr(kind, err, "permission denied: user '%s' may not %s %s: %v", userName, what, path, cause)
+	case ErrNoSpace:
+		return newErr(kind, err, "not enough disk space available to %s %s: %v", what, path, cause)
+	case nil:
+		return fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	return newErr(kind, err, "cannot %s %s: %v", what, path, cause)
+}

@@ -1,0 +1,289 @@
+// Package filesystem is what envd does to files on behalf of a user:
+// describe, list, create, move, remove, read and atomically write them, and
+// watch directories for changes.
+//
+// Every operation takes the run-as user explicitly and runs with that user's
+// permissions (identity.User.Do): a user cannot read a file they may not
+// read, nor write into a directory they may not write, and what they create
+// belongs to them. Paths are absolute and already resolved (identity.User.
+// Resolve); errors match one of the Err kinds of this package.
+//
+// This package knows nothing of Connect or HTTP: service.go adapts it to
+// the filesystem.Filesystem procedures, internal/httpapi to /files.
+package filesystem
+
+import (
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/envd-dev/envd/internal/identity"
+)
+
+// Options configures New. Every field may be left zero.
+type Options struct {
+	Logger *slog.Logger // zero: slog.Default()
+	// WatchQueue is how many events a watcher holds for its reader before it
+	// fails with ErrLagging. Zero: 16384.
+	WatchQueue int
+	// WatcherIdle is how long a polling watcher (CreateWatcher) lives without
+	// being polled. Zero: 10 minutes.
+	WatcherIdle time.Duration
+	// MaxListEntries bounds one ListDir. Zero: 1,000,000.
+	MaxListEntries int
+}
+
+// Files performs filesystem operations as users. Close it to stop its
+// watchers.
+type Files struct {
+	opts     Options
+	log      *slog.Logger
+	commits  *commitNotes
+	hub      *hub
+	watchers *registry
+}
+
+// New returns a Files with no watcher yet.
+func New(o Options) *Files {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.WatchQueue <= 0 {
+		o.WatchQueue = 16384
+	}
+	if o.WatcherIdle <= 0 {
+		o.WatcherIdle = 10 * time.Minute
+	}
+	if o.MaxListEntries <= 0 {
+		o.MaxListEntries = 1_000_000
+	}
+	f := &Files{opts: o, log: o.Logger, commits: newCommitNotes()}
+	f.hub = newHub(f.log)
+	f.watchers = newRegistry(f, o.WatcherIdle)
+	return f
+}
+
+// Close stops every watcher. Operations other than watching keep working.
+func (f *Files) Close() error {
+	f.watchers.close()
+	return f.hub.close()
+}
+
+// checkPath refuses what no syscall can take.
+func checkPath(p string) error {
+	if strings.IndexByte(p, 0) >= 0 {
+		return newErr(ErrInvalid, nil, "invalid path %q: it contains a NUL byte", p)
+	}
+	if !filepath.IsAbs(p) {
+		return newErr(ErrInvalid, nil, "invalid path %q: not absolute", p)
+	}
+	return nil
+}
+
+// Stat describes path without following a final symlink.
+func (f *Files) Stat(u *identity.User, path string) (Entry, error) {
+	if err := checkPath(path); err != nil {
+		return Entry{}, err
+	}
+	var e Entry
+	err := u.Do(func() error {
+		var err error
+		e, _, err = lstatEntry(path, newNameCache())
+		if err != nil {
+			if kindOf(err) == ErrNotFound {
+				return newErr(ErrNotFound, err, "file not found: %v", err)
+			}
+			return osErr(u.Name, "access", path, err)
+		}
+		return nil
+	})
+	return e, err
+}
+
+// MakeDir creates path and its missing parents (mode 0755 less the umask),
+// owned by u. It fails with ErrExists when path is a directory already.
+func (f *Files) MakeDir(u *identity.User, path string) (Entry, error) {
+	if err := checkPath(path); err != nil {
+		return Entry{}, err
+	}
+	var e Entry
+	err := u.Do(func() error {
+		fi, err := os.Stat(path)
+		switch {
+		case err == nil && fi.IsDir():
+			return newErr(ErrExists, nil, "directory already exists: %s", path)
+		case err == nil:
+			return newErr(ErrInvalid, nil, "path already exists but it is not a directory: %s", path)
+		}
+		if err := mkdirAll(u.Name, path); err != nil {
+			return err
+		}
+		e, _, err = lstatEntry(path, newNameCache())
+		if err != nil {
+			return osErr(u.Name, "access", path, err)
+		}
+		return nil
+	})
+	return e, err
+}
+
+// mkdirAll creates dir and its missing parents. It runs inside User.Do.
+func mkdirAll(userName, dir string) error {
+	var missing []string
+	for p := dir; ; {
+		fi, err := os.Stat(p)
+		if err == nil {
+			if !fi.IsDir() {
+				return newErr(ErrInvalid, nil, "cannot create directory %s: %s is a file, not a directory", dir, p)
+			}
+			break
+		}
+		if k := kindOf(err); k != ErrNotFound && !errors.Is(err, syscall.ENOTDIR) {
+			return osErr(userName, "create directory", p, err)
+		}
+		missing = append(missing, p)
+		parent := filepath.Dir(p)
+		if parent == p {
+			break
+		}
+		p = parent
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return osErr(userName, "create directory", missing[i], err)
+		}
+	}
+	return nil
+}
+
+// Move renames src to dst, creating dst's missing parents; an existing file
+// at dst is replaced. It returns the Entry of dst.
+func (f *Files) Move(u *identity.User, src, dst string) (Entry, error) {
+	if err := checkPath(src); err != nil {
+		return Entry{}, err
+	}
+	if err := checkPath(dst); err != nil {
+		return Entry{}, err
+	}
+	var e Entry
+	err := u.Do(func() error {
+		if _, err := os.Lstat(src); err != nil {
+			if kindOf(err) == ErrNotFound {
+				return newErr(ErrNotFound, err, "source file not found: rename %s %s: %v", src, dst, syscall.ENOENT)
+			}
+			return osErr(u.Name, "access", src, err)
+		}
+		if err := mkdirAll(u.Name, filepath.Dir(dst)); err != nil {
+			return err
+		}
+		if err := os.Rename(src, dst); err != nil {
+			var le *os.LinkError
+			cause := err
+			if errors.As(err, &le) {
+				cause = le.Err
+			}
+			switch kindOf(err) {
+			case ErrNotFound:
+				return newErr(ErrNotFound, err, "source file not found: %v", err)
+			case ErrPermission:
+				return newErr(ErrPermission, err, "permission denied: user '%s' may not move %s to %s: %v", u.Name, src, dst, cause)
+			case nil:
+				return err
+			default:
+				if errors.Is(err, syscall.EXDEV) {
+					return newErr(ErrInvalid, err, "cannot move %s to %s: they are on different filesystems", src, dst)
+				}
+				return newErr(kindOf(err), err, "cannot move %s to %s: %v", src, dst, cause)
+			}
+		}
+		var err error
+		e, _, err = lstatEntry(dst, newNameCache())
+		if err != nil {
+			return osErr(u.Name, "access", dst, err)
+		}
+		return nil
+	})
+	return e, err
+}
+
+// ListDir lists the entries below dir, depth levels deep (0 counts as 1), in
+// pre-order: each directory is followed by its children, siblings sorted by
+// name. A symlink given as dir is followed; symlinks below it are not, so a
+// link loop cannot make the walk go round. Entries that vanish during the
+// walk are skipped, and so are the children of subdirectories u may not read.
+func (f *Files) ListDir(u *identity.User, dir string, depth uint32) ([]Entry, error) {
+	if err := checkPath(dir); err != nil {
+		return nil, err
+	}
+	if depth == 0 {
+		depth = 1
+	}
+	var out []Entry
+	err := u.Do(func() error {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			switch kindOf(err) {
+			case ErrNotFound:
+				return newErr(ErrNotFound, err, "path not found: %v", err)
+			case ErrLoop:
+				return newErr(ErrLoop, err, "path %s is a symlink loop: %v", dir, err)
+			}
+			return osErr(u.Name, "access", dir, err)
+		}
+		if !fi.IsDir() {
+			return newErr(ErrInvalid, nil, "path is not a directory: %s", dir)
+		}
+		names := newNameCache()
+		var walk func(d string, level uint32, root bool) error
+		walk = func(d string, level uint32, root bool) error {
+			des, err := os.ReadDir(d)
+			if err != nil {
+				if root {
+					return osErr(u.Name, "list", d, err)
+				}
+				return nil // vanished or unreadable: listed, without children
+			}
+			for _, de := range des {
+				p := filepath.Join(d, de.Name())
+				e, fi, err := lstatEntry(p, names)
+				if err != nil {
+					continue // vanished
+				}
+				if len(out) >= f.opts.MaxListEntries {
+					return newErr(ErrInvalid, nil, "more than %d entries below %s: ask for a smaller depth", f.opts.MaxListEntries, dir)
+				}
+				out = append(out, e)
+				if level < depth && fi.IsDir() {
+					if err := walk(p, level+1, false); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+		return walk(dir, 1, true)
+	})
+	return out, err
+}
+
+// Remove deletes path and, for a directory, everything below it. A missing
+// path is not an error.
+func (f *Files) Remove(u *identity.User, path string) error {
+	if err := checkPath(path); err != nil {
+		return err
+	}
+	if filepath.Clean(path) == "/" {
+		return newErr(ErrInvalid, nil, "refusing to remove /")
+	}
+	return u.Do(func() error {
+		if err := os.RemoveAll(path); err != nil {
+			return osErr(u.Name, "remove", path, err)
+		}
+		return nil
+	})
+}

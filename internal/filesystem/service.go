@@ -1,0 +1,306 @@
+package filesystem
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/envd-dev/envd/gen/filesystem"
+	"github.com/envd-dev/envd/gen/filesystem/filesystemconnect"
+	"github.com/envd-dev/envd/internal/auth"
+	"github.com/envd-dev/envd/internal/defaults"
+	"github.com/envd-dev/envd/internal/identity"
+)
+
+// DefaultKeepalive is the keepalive interval of a watch stream whose client
+// sent no Keepalive-Ping-Interval header, as upstream.
+const DefaultKeepalive = 90 * time.Second
+
+// Service is the filesystem.Filesystem Connect service: the only place that
+// knows both the wire and the domain.
+type Service struct {
+	f        *Files
+	defaults *defaults.Defaults
+}
+
+var _ filesystemconnect.FilesystemHandler = (*Service)(nil)
+
+// NewService adapts f to the wire. Empty paths resolve to d's working
+// directory.
+func NewService(f *Files, d *defaults.Defaults) *Service {
+	return &Service{f: f, defaults: d}
+}
+
+// Handler returns the service's route pattern and handler.
+func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) {
+	return filesystemconnect.NewFilesystemHandler(s, opts...)
+}
+
+// toConnectErr maps domain errors to Connect codes, in this one place.
+func toConnectErr(err error) error {
+	var code connect.Code
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotFound):
+		code = connect.CodeNotFound
+	case errors.Is(err, ErrExists):
+		code = connect.CodeAlreadyExists
+	case errors.Is(err, ErrInvalid), errors.Is(err, identity.ErrBadPath):
+		code = connect.CodeInvalidArgument
+	case errors.Is(err, ErrPermission):
+		code = connect.CodePermissionDenied
+	case errors.Is(err, ErrLoop):
+		code = connect.CodeFailedPrecondition
+	case errors.Is(err, ErrNoSpace):
+		code = connect.CodeResourceExhausted
+	case errors.Is(err, ErrLagging):
+		code = connect.CodeDataLoss
+	case errors.Is(err, ErrClosed):
+		code = connect.CodeUnavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	default:
+		code = connect.CodeInternal
+	}
+	return connect.NewError(code, err)
+}
+
+// user is the run-as user the interceptor put in ctx, and resolve turns a
+// path it sent into an absolute one.
+func (s *Service) user(ctx context.Context) (*identity.User, error) {
+	u := auth.UserFrom(ctx)
+	if u == nil {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("no user specified"))
+	}
+	return u, nil
+}
+
+func (s *Service) resolve(ctx context.Context, p string) (*identity.User, string, error) {
+	u, err := s.user(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	abs, err := u.Resolve(p, s.defaults.Workdir())
+	if err != nil {
+		return nil, "", connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	return u, abs, nil
+}
+
+// Stat describes one path.
+func (s *Service) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
+	u, p, err := s.resolve(ctx, req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.f.Stat(u, p)
+	if err != nil {
+		return nil, toConnectErr(err)
+	}
+	return connect.NewResponse(&pb.StatResponse{Entry: EntryInfo(e)}), nil
+}
+
+// MakeDir creates a directory and its parents.
+func (s *Service) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
+	u, p, err := s.resolve(ctx, req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.f.MakeDir(u, p)
+	if err != nil {
+		return nil, toConnectErr(err)
+	}
+	return connect.NewResponse(&pb.MakeDirResponse{Entry: EntryInfo(e)}), nil
+}
+
+// Move renames a path.
+func (s *Service) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
+	u, src, err := s.resolve(ctx, req.Msg.GetSource())
+	if err != nil {
+		return nil, err
+	}
+	_, dst, err := s.resolve(ctx, req.Msg.GetDestination())
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.f.Move(u, src, dst)
+	if err != nil {
+		return nil, toConnectErr(err)
+	}
+	return connect.NewResponse(&pb.MoveResponse{Entry: EntryInfo(e)}), nil
+}
+
+// ListDir lists a directory.
+func (s *Service) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
+	u, p, err := s.resolve(ctx, req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	es, err := s.f.ListDir(u, p, req.Msg.GetDepth())
+	if err != nil {
+		return nil, toConnectErr(err)
+	}
+	out := &pb.ListDirResponse{Entries: make([]*pb.EntryInfo, len(es))}
+	for i, e := range es {
+		out.Entries[i] = EntryInfo(e)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// Remove deletes a path and everything below it.
+func (s *Service) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
+	u, p, err := s.resolve(ctx, req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.f.Remove(u, p); err != nil {
+		return nil, toConnectErr(err)
+	}
+	return connect.NewResponse(&pb.RemoveResponse{}), nil
+}
+
+// WatchDir streams the changes below a directory: start once the watch is
+// in place, then events, with keepalives while nothing happens. It ends when
+// the client goes, at the request's deadline, or when the watch fails.
+func (s *Service) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDirRequest], stream *connect.ServerStream[pb.WatchDirResponse]) error {
+	u, p, err := s.resolve(ctx, req.Msg.GetPath())
+	if err != nil {
+		return err
+	}
+	w, err := s.f.Watch(u, p, WatchOptions{
+		Recursive:          req.Msg.GetRecursive(),
+		IncludeEntry:       req.Msg.GetIncludeEntry(),
+		AllowNetworkMounts: req.Msg.GetAllowNetworkMounts(),
+	})
+	if err != nil {
+		return toConnectErr(err)
+	}
+	defer w.Close()
+	if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Start{Start: &pb.WatchDirResponse_StartEvent{}}}); err != nil {
+		return err
+	}
+	keepalive := keepaliveInterval(req.Header())
+	ticker := time.NewTicker(keepalive)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-w.Ready():
+			evs, werr := w.Drain()
+			for _, e := range evs {
+				if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Filesystem{Filesystem: FilesystemEvent(e)}}); err != nil {
+					return err
+				}
+			}
+			if werr != nil {
+				return toConnectErr(werr)
+			}
+			ticker.Reset(keepalive)
+		case <-ticker.C:
+			if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Keepalive{Keepalive: &pb.WatchDirResponse_KeepAlive{}}}); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return toConnectErr(ctx.Err())
+		}
+	}
+}
+
+// keepaliveInterval reads Keepalive-Ping-Interval (seconds).
+func keepaliveInterval(h http.Header) time.Duration {
+	if n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return DefaultKeepalive
+}
+
+// CreateWatcher starts a polling watcher.
+func (s *Service) CreateWatcher(ctx context.Context, req *connect.Request[pb.CreateWatcherRequest]) (*connect.Response[pb.CreateWatcherResponse], error) {
+	u, p, err := s.resolve(ctx, req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	id, err := s.f.CreateWatcher(u, p, WatchOptions{
+		Recursive:          req.Msg.GetRecursive(),
+		IncludeEntry:       req.Msg.GetIncludeEntry(),
+		AllowNetworkMounts: req.Msg.GetAllowNetworkMounts(),
+	})
+	if err != nil {
+		return nil, toConnectErr(err)
+	}
+	return connect.NewResponse(&pb.CreateWatcherResponse{WatcherId: id}), nil
+}
+
+// GetWatcherEvents returns what a polling watcher collected.
+func (s *Service) GetWatcherEvents(ctx context.Context, req *connect.Request[pb.GetWatcherEventsRequest]) (*connect.Response[pb.GetWatcherEventsResponse], error) {
+	evs, err := s.f.GetWatcherEvents(req.Msg.GetWatcherId())
+	if err != nil {
+		return nil, toConnectErr(err)
+	}
+	out := &pb.GetWatcherEventsResponse{Events: make([]*pb.FilesystemEvent, len(evs))}
+	for i, e := range evs {
+		out.Events[i] = FilesystemEvent(e)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// RemoveWatcher stops a polling watcher.
+func (s *Service) RemoveWatcher(ctx context.Context, req *connect.Request[pb.RemoveWatcherRequest]) (*connect.Response[pb.RemoveWatcherResponse], error) {
+	if err := s.f.RemoveWatcher(req.Msg.GetWatcherId()); err != nil {
+		return nil, toConnectErr(err)
+	}
+	return connect.NewResponse(&pb.RemoveWatcherResponse{}), nil
+}
+
+// EntryInfo is e on the wire.
+func EntryInfo(e Entry) *pb.EntryInfo {
+	out := &pb.EntryInfo{
+		Name:          e.Name,
+		Path:          e.Path,
+		Size:          e.Size,
+		Mode:          uint32(e.Perm),
+		Permissions:   e.Mode.String(),
+		Owner:         e.Owner,
+		Group:         e.Group,
+		SymlinkTarget: e.SymlinkTarget,
+		Metadata:      e.Metadata,
+	}
+	switch e.Type {
+	case TypeFile:
+		out.Type = pb.FileType_FILE_TYPE_FILE
+	case TypeDir:
+		out.Type = pb.FileType_FILE_TYPE_DIRECTORY
+	}
+	if !e.ModTime.IsZero() {
+		out.ModifiedTime = timestamppb.New(e.ModTime)
+	}
+	return out
+}
+
+// FilesystemEvent is e on the wire.
+func FilesystemEvent(e Event) *pb.FilesystemEvent {
+	out := &pb.FilesystemEvent{Name: e.Name}
+	switch e.Type {
+	case EventCreate:
+		out.Type = pb.EventType_EVENT_TYPE_CREATE
+	case EventWrite:
+		out.Type = pb.EventType_EVENT_TYPE_WRITE
+	case EventRemove:
+		out.Type = pb.EventType_EVENT_TYPE_REMOVE
+	case EventRename:
+		out.Type = pb.EventType_EVENT_TYPE_RENAME
+	case EventChmod:
+		out.Type = pb.EventType_EVENT_TYPE_CHMOD
+	}
+	if e.Entry != nil {
+		out.Entry = EntryInfo(*e.Entry)
+	}
+	return out
+}

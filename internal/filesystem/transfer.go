@@ -1,0 +1,294 @@
+package filesystem
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/internal/identity"
+)
+
+// Open opens the regular file path for reading as u. The caller reads and
+// closes it; reading needs no further permission.
+func (f *Files) Open(u *identity.User, path string) (*os.File, error) {
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
+	var file *os.File
+	err := u.Do(func() error {
+		fi, err := os.Stat(path)
+		if err != nil {
+			if kindOf(err) == ErrNotFound {
+				return newErr(ErrNotFound, err, "path '%s' does not exist", path)
+			}
+			return osErr(u.Name, "read", path, err)
+		}
+		if fi.IsDir() {
+			return newErr(ErrInvalid, nil, "path '%s' is a directory", path)
+		}
+		if !fi.Mode().IsRegular() {
+			return newErr(ErrInvalid, nil, "path '%s' is not a regular file", path)
+		}
+		// O_NONBLOCK: should path become a fifo meanwhile, open must not hang.
+		file, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NOCTTY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return osErr(u.Name, "read", path, err)
+		}
+		return nil
+	})
+	return file, err
+}
+
+// tempPrefix starts the name of every upload's temporary file. Watchers hide
+// files named so: an upload shows as its target being created and written.
+const tempPrefix = ".envd-upload-"
+
+// IsTemp tells whether name (a path or a base name) is an upload's
+// temporary file.
+func IsTemp(name string) bool {
+	return strings.HasPrefix(filepath.Base(name), tempPrefix)
+}
+
+// Upload is a file being written. The content goes to a temporary file
+// beside the target, created as the user; Commit renames it over the target,
+// so a reader never sees a partial file, and Abort (or a failed write) leaves
+// the target as it was and no temporary file behind.
+type Upload struct {
+	f       *Files
+	u       *identity.User
+	file    *os.File
+	tmp     string
+	target  string
+	meta    bool // metadata was stored
+	werr    error
+	settled bool
+}
+
+// Create starts an upload to path as u: missing parents are created, a
+// directory at path is refused, a file there must be writable by u (its
+// permission bits are kept), and a symlink there is written through. md is
+// stored as metadata (validate it first with ValidateMetadata).
+func (f *Files) Create(u *identity.User, path string, md map[string]string) (*Upload, error) {
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
+	up := &Upload{f: f, u: u, target: path}
+	err := u.Do(func() error {
+		fi, err := os.Lstat(path)
+		if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			if real, rerr := filepath.EvalSymlinks(path); rerr == nil {
+				up.target = real
+				fi, err = os.Lstat(real)
+			}
+		}
+		perm := fs.FileMode(0o666)
+		keep := false
+		switch {
+		case err == nil && fi.IsDir():
+			return newErr(ErrInvalid, nil, "path is a directory: %s", path)
+		case err == nil && fi.Mode().IsRegular():
+			// Replacing needs only the directory's write permission; ask
+			// for the file's too, as writing it in place would.
+			fd, err := unix.Open(up.target, unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+			if err != nil {
+				return osErr(u.Name, "write", path, &fs.PathError{Op: "open", Path: path, Err: err})
+			}
+			unix.Close(fd)
+			perm, keep = fi.Mode().Perm(), true
+		case err == nil && fi.Mode()&fs.ModeSymlink == 0:
+			return newErr(ErrInvalid, nil, "path %s is not a regular file", path)
+		case err != nil && kindOf(err) != ErrNotFound && !errors.Is(err, syscall.ENOTDIR):
+			return osErr(u.Name, "write", path, err)
+		default:
+			if err := mkdirAll(u.Name, filepath.Dir(up.target)); err != nil {
+				return err
+			}
+		}
+		var rnd [8]byte
+		rand.Read(rnd[:])
+		up.tmp = filepath.Join(filepath.Dir(up.target), tempPrefix+hex.EncodeToString(rnd[:]))
+		up.file, err = os.OpenFile(up.tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOCTTY, perm)
+		if err != nil {
+			return osErr(u.Name, "write", path, err)
+		}
+		if keep {
+			// The umask applied at creation; the replaced file's bits win.
+			if err := up.file.Chmod(perm); err != nil {
+				up.discard()
+				return osErr(u.Name, "write", path, err)
+			}
+		}
+		if len(md) > 0 {
+			ok, err := writeMetadata(int(up.file.Fd()), md)
+			if err != nil {
+				up.discard()
+				return osErr(u.Name, "set metadata of", path, err)
+			}
+			up.meta = ok
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return up, nil
+}
+
+// Write appends p to the upload. A failure (a full disk) is also kept for
+// Err, so a caller copying with io.Copy can tell it from a read failure.
+func (up *Upload) Write(p []byte) (int, error) {
+	if up.werr != nil {
+		return 0, up.werr
+	}
+	n, err := up.file.Write(p)
+	if err != nil {
+		up.werr = osErr(up.u.Name, "write", up.target, err)
+		return n, up.werr
+	}
+	return n, nil
+}
+
+// Err is the first write failure, nil if none.
+func (up *Upload) Err() error { return up.werr }
+
+// MetadataStored tells whether the metadata given to Create was stored
+// (false when there was none or the filesystem cannot store it).
+func (up *Upload) MetadataStored() bool { return up.meta }
+
+// Commit makes the upload the target's content. On failure the target is
+// unchanged and the temporary file is gone.
+func (up *Upload) Commit() error {
+	if up.settled {
+		return newErr(ErrClosed, nil, "upload to %s already finished", up.target)
+	}
+	if up.werr != nil {
+		up.Abort()
+		return up.werr
+	}
+	up.settled = true
+	var st unix.Stat_t
+	statErr := unix.Fstat(int(up.file.Fd()), &st)
+	if err := up.file.Close(); err != nil {
+		os.Remove(up.tmp)
+		return osErr(up.u.Name, "write", up.target, err)
+	}
+	if statErr == nil {
+		// Before the rename, so a watcher that sees the target appear
+		// already knows it was written.
+		up.f.commits.add(fileID{dev: st.Dev, ino: st.Ino}, up.target)
+	}
+	err := up.u.Do(func() error {
+		if err := os.Rename(up.tmp, up.target); err != nil {
+			return osErr(up.u.Name, "write", up.target, err)
+		}
+		return nil
+	})
+	if err != nil {
+		os.Remove(up.tmp)
+	}
+	return err
+}
+
+// Abort drops the upload: the target keeps its content. It is safe to call
+// after Commit, and more than once.
+func (up *Upload) Abort() {
+	if up.settled {
+		return
+	}
+	up.settled = true
+	up.discard()
+}
+
+func (up *Upload) discard() {
+	up.file.Close()
+	// envd's own credentials: it created the file, whoever it acted as.
+	os.Remove(up.tmp)
+}
+
+// fileID names an inode.
+type fileID struct{ dev, ino uint64 }
+
+// commitNotes remembers, for a while, the files uploads have just put in
+// place (by inode, and by path for a file gone by the time a watcher looks),
+// so a watcher reports an upload as its target being created and written
+// rather than as a temporary file renamed.
+type commitNotes struct {
+	mu     sync.Mutex
+	byID   map[fileID]note      // guarded by mu
+	byPath map[string]time.Time // guarded by mu
+}
+
+type note struct {
+	at   time.Time
+	base string // the target's name: a file moved since is not reported written
+}
+
+const (
+	commitNoteTTL = 30 * time.Second
+	maxCommitNote = 4096
+)
+
+func newCommitNotes() *commitNotes {
+	return &commitNotes{byID: map[fileID]note{}, byPath: map[string]time.Time{}}
+}
+
+func (c *commitNotes) add(id fileID, path string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if len(c.byID) >= maxCommitNote {
+		prune(c.byID, func(n note) time.Time { return n.at }, now)
+		prune(c.byPath, func(t time.Time) time.Time { return t }, now)
+	}
+	c.byID[id] = note{at: now, base: filepath.Base(path)}
+	c.byPath[path] = now
+}
+
+// prune forgets expired notes, and the oldest ones too if a burst of uploads
+// filled the map.
+func prune[K comparable, V any](m map[K]V, at func(V) time.Time, now time.Time) {
+	for k, v := range m {
+		if now.Sub(at(v)) > commitNoteTTL {
+			delete(m, k)
+		}
+	}
+	for k := range m {
+		if len(m) < maxCommitNote/2 {
+			break
+		}
+		delete(m, k)
+	}
+}
+
+// has tells whether the file id, now at path, was just put there by an
+// upload.
+func (c *commitNotes) has(id fileID, path string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.byID[id]
+	return ok && n.base == filepath.Base(path) && time.Since(n.at) <= commitNoteTTL
+}
+
+func (c *commitNotes) hasPath(path string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.byPath[path]
+	return ok && time.Since(t) <= commitNoteTTL
+}
+
+func idOf(fi fs.FileInfo) (fileID, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, false
+	}
+	return fileID{dev: st.Dev, ino: st.Ino}, true
+}

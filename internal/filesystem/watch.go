@@ -1,0 +1,550 @@
+package filesystem
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/internal/identity"
+)
+
+// EventType is what happened to a path below a watched directory.
+type EventType int
+
+const (
+	EventCreate EventType = iota + 1
+	EventWrite
+	EventRemove
+	EventRename
+	EventChmod
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventCreate:
+		return "create"
+	case EventWrite:
+		return "write"
+	case EventRemove:
+		return "remove"
+	case EventRename:
+		return "rename"
+	case EventChmod:
+		return "chmod"
+	}
+	return fmt.Sprintf("EventType(%d)", int(t))
+}
+
+// Event is one change. Name is relative to the watched directory, with "/"
+// between elements; "." is the directory itself. Entry is set when the watch
+// asked for entries, on create, write and chmod only, when the path could
+// still be described.
+type Event struct {
+	Name  string
+	Type  EventType
+	Entry *Entry
+}
+
+// WatchOptions says what a watch reports.
+type WatchOptions struct {
+	Recursive          bool // every subdirectory too, new ones included
+	IncludeEntry       bool
+	AllowNetworkMounts bool // else a directory on NFS, SMB or FUSE is refused
+}
+
+// Watch reports the changes below one directory. Its events wait in a
+// bounded queue until Drain takes them; a reader that lets the queue fill
+// loses the watch, which fails with ErrLagging. The zero value is not usable:
+// get one from Files.Watch, and Close it.
+type Watch struct {
+	f    *Files
+	u    *identity.User
+	root string
+	opts WatchOptions
+
+	// raw holds the notifications the hub routed here, for pump. The hub
+	// never blocks on it: when it is full the watch is lagging.
+	raw    chan fsnotify.Event
+	lagged atomic.Bool
+	dirs   map[string]bool // directories this watch holds in the hub; owned by pump
+
+	mu     sync.Mutex
+	events []Event // guarded by mu
+	err    error   // guarded by mu; once set, the watch is over
+	ready  chan struct{}
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// networkFS are the filesystems whose changes made elsewhere inotify
+// cannot see, by statfs magic.
+var networkFS = map[int64]string{
+	unix.NFS_SUPER_MAGIC:  "NFS",
+	unix.SMB_SUPER_MAGIC:  "SMB",
+	unix.SMB2_SUPER_MAGIC: "SMB2",
+	unix.CIFS_SUPER_MAGIC: "CIFS",
+	unix.FUSE_SUPER_MAGIC: "FUSE",
+}
+
+// Watch starts watching dir as u. Changes made once it returns are
+// reported.
+func (f *Files) Watch(u *identity.User, dir string, o WatchOptions) (*Watch, error) {
+	if err := checkPath(dir); err != nil {
+		return nil, err
+	}
+	w := &Watch{
+		f: f, u: u, root: filepath.Clean(dir), opts: o,
+		raw:   make(chan fsnotify.Event, f.opts.WatchQueue),
+		dirs:  map[string]bool{},
+		ready: make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	err := u.Do(func() error {
+		fi, err := os.Stat(w.root)
+		if err != nil {
+			if kindOf(err) == ErrNotFound {
+				return newErr(ErrNotFound, err, "path %s not found: %v", dir, err)
+			}
+			return osErr(u.Name, "watch", dir, err)
+		}
+		if !fi.IsDir() {
+			return newErr(ErrInvalid, nil, "path %s is not a directory", dir)
+		}
+		if !o.AllowNetworkMounts {
+			var st unix.Statfs_t
+			if err := unix.Statfs(w.root, &st); err == nil {
+				if name, ok := networkFS[int64(st.Type)]; ok {
+					return newErr(ErrInvalid, nil, "cannot watch path on network filesystem: %s is on %s, where changes made elsewhere are not seen; allow network mounts to watch it anyway", dir, name)
+				}
+			}
+		}
+		return w.addTree(w.root, true, nil, nil)
+	})
+	if err != nil {
+		w.dropAll()
+		return nil, err
+	}
+	go w.pump()
+	return w, nil
+}
+
+// Ready is signalled when Drain has something to return.
+func (w *Watch) Ready() <-chan struct{} { return w.ready }
+
+// Drain takes the events queued so far, and the error that ended the watch
+// if it ended. Events queued before the error come first.
+func (w *Watch) Drain() ([]Event, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ev := w.events
+	w.events = nil
+	return ev, w.err
+}
+
+// Close stops the watch. It is safe to call more than once.
+func (w *Watch) Close() {
+	w.closeOnce.Do(func() {
+		close(w.stop)
+		<-w.done
+		w.dropAll()
+		w.fail(newErr(ErrClosed, nil, "watch of %s was stopped", w.root))
+	})
+}
+
+func (w *Watch) notify() {
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
+}
+
+// fail ends the watch with err, unless it already ended.
+func (w *Watch) fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.mu.Unlock()
+	w.notify()
+}
+
+func (w *Watch) failed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err != nil
+}
+
+// push is called by the hub, which must never block.
+func (w *Watch) push(ev fsnotify.Event) {
+	select {
+	case w.raw <- ev:
+	default:
+		if !w.lagged.Swap(true) {
+			w.fail(newErr(ErrLagging, nil, "watch of %s fell behind: more than %d events waited to be read, and some were lost; watch again", w.root, cap(w.raw)))
+		}
+	}
+}
+
+// pump turns notifications into events until the watch stops or fails.
+func (w *Watch) pump() {
+	defer close(w.done)
+	var recent [4]fsnotify.Event // the last few notifications, for dedupe
+	seen := func(ev fsnotify.Event) bool {
+		for _, r := range recent {
+			if r == ev {
+				return true
+			}
+		}
+		copy(recent[1:], recent[:len(recent)-1])
+		recent[0] = ev
+		return false
+	}
+	for {
+		var batch []fsnotify.Event
+		select {
+		case <-w.stop:
+			return
+		case ev := <-w.raw:
+			batch = append(batch, ev)
+		}
+	more:
+		for len(batch) < 512 {
+			select {
+			case ev := <-w.raw:
+				batch = append(batch, ev)
+			default:
+				break more
+			}
+		}
+		if w.failed() {
+			return
+		}
+		var out []Event
+		err := w.u.Do(func() error {
+			names := newNameCache()
+			for _, ev := range batch {
+				// A watched directory's own chmod or move is reported both by
+				// it and by its parent's watch, a few events apart: keep one.
+				if seen(ev) && ev.Op&(fsnotify.Chmod|fsnotify.Rename) != 0 {
+					continue
+				}
+				w.convert(ev, names, &out)
+			}
+			return nil
+		})
+		if err != nil {
+			w.fail(err)
+			return
+		}
+		if len(out) > 0 {
+			w.mu.Lock()
+			if len(w.events)+len(out) > cap(w.raw) {
+				w.mu.Unlock()
+				w.fail(newErr(ErrLagging, nil, "watch of %s fell behind: more than %d events waited to be read, and some were lost; watch again", w.root, cap(w.raw)))
+				return
+			}
+			w.events = append(w.events, out...)
+			w.mu.Unlock()
+			w.notify()
+		}
+	}
+}
+
+// convert appends the events one notification stands for, in the order
+// create, rename, chmod, write, remove. It runs inside User.Do.
+func (w *Watch) convert(ev fsnotify.Event, names *nameCache, out *[]Event) {
+	if IsTemp(ev.Name) {
+		return
+	}
+	name := w.rel(ev.Name)
+	if ev.Has(fsnotify.Create) {
+		fi, err := os.Lstat(ev.Name)
+		if err != nil {
+			// Gone already (moved or removed): report what can be known.
+			*out = append(*out, Event{Name: name, Type: EventCreate})
+			if w.f.commits.hasPath(ev.Name) {
+				*out = append(*out, Event{Name: name, Type: EventWrite})
+			}
+		} else {
+			w.emitCreated(ev.Name, name, fi, names, out)
+			if w.opts.Recursive && fi.IsDir() {
+				if err := w.addTree(ev.Name, false, names, out); err != nil {
+					w.fail(err)
+				}
+			}
+		}
+	}
+	if ev.Has(fsnotify.Rename) {
+		*out = append(*out, Event{Name: name, Type: EventRename})
+		w.dropTree(ev.Name)
+	}
+	if ev.Has(fsnotify.Chmod) {
+		*out = append(*out, w.event(ev.Name, name, EventChmod, names))
+	}
+	if ev.Has(fsnotify.Write) {
+		*out = append(*out, w.event(ev.Name, name, EventWrite, names))
+	}
+	if ev.Has(fsnotify.Remove) {
+		*out = append(*out, Event{Name: name, Type: EventRemove})
+		w.dropTree(ev.Name)
+	}
+}
+
+// emitCreated reports a path that appeared; a file an upload just put in
+// place is also reported written.
+func (w *Watch) emitCreated(path, name string, fi fs.FileInfo, names *nameCache, out *[]Event) {
+	ev := Event{Name: name, Type: EventCreate}
+	if w.opts.IncludeEntry {
+		e := describe(path, fi, names)
+		ev.Entry = &e
+	}
+	*out = append(*out, ev)
+	if id, ok := idOf(fi); ok && fi.Mode().IsRegular() && w.f.commits.has(id, path) {
+		ev.Type = EventWrite
+		*out = append(*out, ev)
+	}
+}
+
+func (w *Watch) event(path, name string, t EventType, names *nameCache) Event {
+	ev := Event{Name: name, Type: t}
+	if w.opts.IncludeEntry {
+		if e, _, err := lstatEntry(path, names); err == nil {
+			ev.Entry = &e
+		}
+	}
+	return ev
+}
+
+func (w *Watch) rel(path string) string {
+	r, err := filepath.Rel(w.root, path)
+	if err != nil {
+		return filepath.ToSlash(path)
+	}
+	return filepath.ToSlash(r)
+}
+
+// addTree watches dir and, for a recursive watch, every directory below it.
+// For a directory that appeared after the watch began (out != nil), what is
+// already inside it is reported created: it may have been made before the
+// directory was watched, as by mkdir -p. It runs inside User.Do, so a
+// directory u may not read is not watched. Only an error on the root, or
+// running out of inotify watches, is returned; other directories that cannot
+// be watched (gone, unreadable) are skipped.
+func (w *Watch) addTree(dir string, root bool, names *nameCache, out *[]Event) error {
+	if err := w.f.hub.add(dir, w); err != nil {
+		switch {
+		case errors.Is(err, unix.ENOSPC):
+			return newErr(ErrNoSpace, err, "cannot watch %s: the system's limit of inotify watches is reached (fs.inotify.max_user_watches)", dir)
+		case errors.Is(err, unix.EMFILE):
+			return newErr(ErrNoSpace, err, "cannot watch %s: the system's limit of inotify instances is reached (fs.inotify.max_user_instances)", dir)
+		case root:
+			return osErr(w.u.Name, "watch", dir, err)
+		}
+		return nil
+	}
+	w.dirs[dir] = true
+	if !w.opts.Recursive {
+		return nil
+	}
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	for _, de := range des {
+		p := filepath.Join(dir, de.Name())
+		if IsTemp(p) {
+			continue
+		}
+		if out != nil {
+			fi, err := os.Lstat(p)
+			if err != nil {
+				continue
+			}
+			w.emitCreated(p, w.rel(p), fi, names, out)
+		}
+		if de.IsDir() {
+			if err := w.addTree(p, false, names, out); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// dropTree stops watching dir and the directories below it: it was removed
+// or moved away (a move shows up again as a create of the new name).
+func (w *Watch) dropTree(dir string) {
+	for d := range w.dirs {
+		if d == w.root {
+			continue
+		}
+		if d == dir || (len(d) > len(dir) && d[:len(dir)] == dir && d[len(dir)] == '/') {
+			w.f.hub.remove(d, w)
+			delete(w.dirs, d)
+		}
+	}
+}
+
+func (w *Watch) dropAll() {
+	for d := range w.dirs {
+		w.f.hub.remove(d, w)
+		delete(w.dirs, d)
+	}
+}
+
+// hub owns envd's one inotify instance and routes its notifications to the
+// watches that asked for each directory. It never waits on a watch.
+type hub struct {
+	log *slog.Logger
+
+	addMu sync.Mutex // serializes changes to the kernel's watch list
+
+	mu     sync.Mutex
+	w      *fsnotify.Watcher              // guarded by mu; nil until first needed
+	subs   map[string]map[*Watch]struct{} // guarded by mu; directory -> watches
+	closed bool                           // guarded by mu
+	done   chan struct{}                  // closed when the loop ends
+}
+
+func newHub(log *slog.Logger) *hub {
+	return &hub{log: log, subs: map[string]map[*Watch]struct{}{}}
+}
+
+func (h *hub) watcher() (*fsnotify.Watcher, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, newErr(ErrClosed, nil, "envd is shutting down")
+	}
+	if h.w == nil {
+		fw, err := fsnotify.NewWatcher()
+		if err != nil {
+			return nil, err
+		}
+		h.w = fw
+		h.done = make(chan struct{})
+		go h.loop(fw, h.done)
+	}
+	return h.w, nil
+}
+
+// add asks the kernel to watch dir for w. Called inside User.Do, so the
+// kernel checks that the user may read dir.
+func (h *hub) add(dir string, w *Watch) error {
+	fw, err := h.watcher()
+	if err != nil {
+		return err
+	}
+	h.addMu.Lock()
+	defer h.addMu.Unlock()
+	if err := fw.Add(dir); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	set := h.subs[dir]
+	if set == nil {
+		set = map[*Watch]struct{}{}
+		h.subs[dir] = set
+	}
+	set[w] = struct{}{}
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *hub) remove(dir string, w *Watch) {
+	h.addMu.Lock()
+	defer h.addMu.Unlock()
+	h.mu.Lock()
+	set := h.subs[dir]
+	delete(set, w)
+	empty := len(set) == 0
+	if empty {
+		delete(h.subs, dir)
+	}
+	fw := h.w
+	h.mu.Unlock()
+	if empty && fw != nil {
+		// The kernel drops the watch of a removed directory by itself, so
+		// this may find nothing to remove.
+		fw.Remove(dir)
+	}
+}
+
+func (h *hub) loop(fw *fsnotify.Watcher, done chan struct{}) {
+	defer close(done)
+	for {
+		select {
+		case ev, ok := <-fw.Events:
+			if !ok {
+				return
+			}
+			h.dispatch(ev)
+		case err, ok := <-fw.Errors:
+			if !ok {
+				return
+			}
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				h.failAll(newErr(ErrLagging, err, "the kernel's queue of file change notifications overflowed (fs.inotify.max_queued_events) and events were lost; watch again"))
+				continue
+			}
+			h.log.Warn("file watch failed", "err", err)
+		}
+	}
+}
+
+// dispatch routes one notification: to the watches of its directory, and,
+// for a change to a watched root itself, to the watches rooted there.
+func (h *hub) dispatch(ev fsnotify.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	dir := filepath.Dir(ev.Name)
+	for w := range h.subs[dir] {
+		w.push(ev)
+	}
+	if dir == ev.Name {
+		return
+	}
+	for w := range h.subs[ev.Name] {
+		if w.root == ev.Name {
+			w.push(ev)
+		}
+	}
+}
+
+func (h *hub) failAll(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[*Watch]bool{}
+	for _, set := range h.subs {
+		for w := range set {
+			if !seen[w] {
+				seen[w] = true
+				w.fail(err)
+			}
+		}
+	}
+}
+
+func (h *hub) close() error {
+	h.mu.Lock()
+	h.closed = true
+	fw, done := h.w, h.done
+	h.mu.Unlock()
+	if fw == nil {
+		return nil
+	}
+	err := fw.Close()
+	<-done
+	return err
+}

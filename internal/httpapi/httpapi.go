@@ -1,0 +1,92 @@
+// Package httpapi is envd's plain-HTTP API, wire-compatible with E2B's envd:
+// GET and POST /files (download and upload), POST /init, GET /envs and
+// GET /metrics. Errors are {"code":<status>,"message":...} (server.WriteError).
+//
+// /files and /init are public routes that check the access token themselves:
+// /files also accepts signed URLs, /init validates the token it is given.
+package httpapi
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/envd-dev/envd/internal/auth"
+	"github.com/envd-dev/envd/internal/defaults"
+	"github.com/envd-dev/envd/internal/filesystem"
+	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/server"
+)
+
+// Options configures New. Files, Defaults and Token are required.
+type Options struct {
+	Logger   *slog.Logger // zero: slog.Default()
+	Files    *filesystem.Files
+	Defaults *defaults.Defaults
+	Token    *auth.Token
+	// Version is sent in X-Envd-Version on every /init response.
+	Version string
+	// SetClock, when set, is how /init brings the machine's clock to the
+	// timestamp it carries. Nil (the default, without -sync-clock): the clock
+	// is never touched.
+	SetClock func(time.Time) error
+	// Now is the clock used for signature expiry. Zero: time.Now.
+	Now func() time.Time
+}
+
+// API serves the HTTP API.
+type API struct {
+	o   Options
+	log *slog.Logger
+
+	initMu   sync.Mutex
+	lastInit time.Time // guarded by initMu: the newest /init timestamp applied
+
+	cpuMu   sync.Mutex
+	lastCPU cpuSample // guarded by cpuMu
+}
+
+// New returns the API.
+func New(o Options) *API {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &API{o: o, log: o.Logger}
+}
+
+// Routes is the API's part of envd's route table.
+func (a *API) Routes() []server.Route {
+	return []server.Route{
+		{Pattern: "GET /files", Handler: http.HandlerFunc(a.download), Public: true},
+		{Pattern: "POST /files", Handler: http.HandlerFunc(a.upload), Public: true},
+		{Pattern: "POST /init", Handler: http.HandlerFunc(a.handleInit), Public: true},
+		{Pattern: "GET /envs", Handler: http.HandlerFunc(a.envs)},
+		{Pattern: "GET /metrics", Handler: http.HandlerFunc(a.metrics)},
+	}
+}
+
+// status maps a domain error to the HTTP status of its kind.
+func status(err error) int {
+	switch {
+	case errors.Is(err, filesystem.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, filesystem.ErrInvalid), errors.Is(err, filesystem.ErrLoop), errors.Is(err, identity.ErrBadPath):
+		return http.StatusBadRequest
+	case errors.Is(err, filesystem.ErrPermission):
+		return http.StatusForbidden
+	case errors.Is(err, filesystem.ErrExists):
+		return http.StatusConflict
+	case errors.Is(err, filesystem.ErrNoSpace):
+		return http.StatusInsufficientStorage
+	}
+	return http.StatusInternalServerError
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	server.WriteError(w, status(err), err.Error())
+}
