@@ -1,0 +1,508 @@
+"""envd's bash kernel: one persistent interactive bash behind an ipykernel Kernel.
+
+How a cell runs
+---------------
+bash runs under a pty (pexpect) as `bash --noprofile --norc --noediting -i`
+with PS1/PS2 empty, echo and onlcr off, history off, PAGER=cat, TERM=dumb.
+A cell is written to a private file and run with
+
+    eval "$(< FILE)" < /dev/null
+
+so state (variables, functions, cwd, exports) persists between cells, commands
+that read stdin see EOF instead of hanging, and the code never goes through the
+terminal's line discipline (no length limits, no quoting problems).
+PROMPT_COMMAND prints a per-kernel random marker with `$?` to /dev/tty when
+bash is ready for the next command; everything before the marker is the cell's
+output. stdout and stderr share the pty, so both are sent, in order, as
+`stream` messages named "stdout", as soon as they arrive (coalesced for at
+most 50 ms).
+
+Errors
+------
+The exit status of the cell's last command decides the reply:
+  0              status "ok"
+  N != 0         status "error", ename "BashError", evalue "exit code N",
+                 traceback [] (nothing extra is printed: `false` only yields
+                 the error record); also published on iopub as `error`
+  interrupted    ename "KeyboardInterrupt", evalue "exit code 130" (or the
+                 status bash reported)
+  bash exited    (`exit N`, or killed): a fresh bash is started in the last
+                 directory set by envd (or the kernel's start directory) with
+                 the global env vars re-applied; a note goes to stderr; the
+                 reply is ok for `exit`/`exit 0`, else BashError "exit code N"
+                 (or "killed by signal S").
+Silent executions send no streams; their errors still go to iopub.
+
+Interrupt
+---------
+SIGINT to the kernel (Jupyter's interrupt) sends ^C to the pty, i.e. SIGINT to
+the foreground job, like a terminal. If bash does not come back within 2 s the
+foreground process group is killed with SIGKILL; if bash itself is stuck after
+5 more seconds it is restarted.
+
+envd directives
+---------------
+Leading lines of a cell of the form `#%envd VERB ARG` are handled by the
+kernel (for any other bash they are plain comments). ARG is JSON, so values
+never need shell quoting by the caller:
+
+  #%envd setenv {"FOO": "bar", "GONE": null}    per-execution: remember the
+                                               original values, then set/unset
+  #%envd setenv-global {"K": "v"}               persistent; also re-applied
+                                               after a shell restart; becomes
+                                               the value restoreenv returns to
+  #%envd restoreenv                             put remembered originals back
+  #%envd chdir "/home/user"                     cd there (and restart there)
+
+The kernel turns them into bash (values quoted with shlex.quote) and runs them
+before the rest of the cell. Names must be valid shell identifiers.
+"""
+
+import json
+import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import tempfile
+import time
+
+import pexpect
+from ipykernel.kernelbase import Kernel
+
+__version__ = "1.0.0"
+
+_DIRECTIVE = re.compile(r"^#%envd[ \t]+([A-Za-z-]+)(?:[ \t]+(.*?))?[ \t]*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FLUSH_AFTER = 0.05
+_FLUSH_SIZE = 32 * 1024
+_START_TIMEOUT = 30.0
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _reset_signals():
+    # ipykernel ignores SIGINT and Python ignores SIGPIPE; an ignored signal
+    # stays ignored across exec, so bash's jobs would survive ^C and `yes | head`
+    # would complain about EPIPE. Give the shell default dispositions.
+    for name in ("SIGINT", "SIGPIPE", "SIGQUIT", "SIGTERM", "SIGXFSZ", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+
+
+def _sweep_stale_dirs():
+    """Remove cell dirs of dead bash kernels (a killed kernel cannot clean up)."""
+    tmp = tempfile.gettempdir()
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return
+    for name in names:
+        m = re.match(r"envd-bash-(\d+)-", name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        path = os.path.join(tmp, name)
+        try:
+            if os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(m.group(1)), 0)
+            continue  # still running
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class DirectiveError(ValueError):
+    pass
+
+
+class BashKernel(Kernel):
+    implementation = "envd_bash_kernel"
+    implementation_version = __version__
+    language = "bash"
+    language_version = ""
+    language_info = {
+        "name": "bash",
+        "codemirror_mode": "shell",
+        "mimetype": "text/x-sh",
+        "file_extension": ".sh",
+    }
+    banner = "envd bash kernel"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._token = "envd" + secrets.token_hex(8)
+        self._marker = re.compile("\x01" + self._token + r":(\d+)\x02")
+        _sweep_stale_dirs()
+        self._tmpdir = tempfile.mkdtemp(prefix="envd-bash-%d-" % os.getpid())
+        self._cell_path = os.path.join(self._tmpdir, "cell")
+        self._cwd = os.getcwd()
+        self._global_env = {}  # name -> value or None (unset); survives restarts
+        self._child = None
+        self._start_bash()
+        try:
+            self.language_version = self._run_quiet('printf %s "$BASH_VERSION"')
+        except Exception:
+            self.language_version = ""
+
+    # ------------------------------------------------------------------
+    # bash process
+
+    def _child_env(self):
+        env = dict(os.environ)
+        # The kernelspec puts our package dir on PYTHONPATH; don't leak it.
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        paths = [p for p in paths if os.path.abspath(p) != _PACKAGE_PARENT]
+        if paths:
+            env["PYTHONPATH"] = os.pathsep.join(paths)
+        else:
+            env.pop("PYTHONPATH", None)
+        env["PAGER"] = "cat"
+        env["GIT_PAGER"] = "cat"
+        env["TERM"] = "dumb"
+        for name, value in self._global_env.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
+        return env
+
+    def _start_bash(self):
+        cwd = self._cwd if os.path.isdir(self._cwd) else os.getcwd()
+        self._child = pexpect.spawn(
+            "/bin/bash",
+            ["--noprofile", "--norc", "--noediting", "-i"],
+            env=self._child_env(),
+            cwd=cwd,
+            echo=False,
+            encoding="utf-8",
+            codec_errors="replace",
+            dimensions=(24, 200),
+            timeout=None,
+            preexec_fn=_reset_signals,
+        )
+        printf = "printf '\\001" + self._token + ":%d\\002' \"$rc\""
+        setup = (
+            "set +o history; unset HISTFILE; PS1=; PS2=; PS0=; "
+            "stty -echo -onlcr 2>/dev/null; "
+            "declare -A __envd_saved=(); "
+            "__envd_prompt() { local rc=$?; "
+            "{ " + printf + " >/dev/tty; } 2>/dev/null || " + printf + "; }; "
+            "PROMPT_COMMAND=__envd_prompt"
+        )
+        self._child.sendline(setup)
+        deadline = time.monotonic() + _START_TIMEOUT
+        buf = ""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RuntimeError("bash did not start within %.0fs" % _START_TIMEOUT)
+            try:
+                buf += self._child.read_nonblocking(65536, timeout=min(remaining, 0.5))
+            except pexpect.TIMEOUT:
+                continue
+            except pexpect.EOF:
+                raise RuntimeError("bash exited during start: %r" % (buf[-500:],))
+            if self._marker.search(buf):
+                return
+
+    def _stop_bash(self):
+        child, self._child = self._child, None
+        if child is None:
+            return
+        try:
+            child.close(force=True)
+        except Exception:
+            pass
+
+    def _restart_bash(self):
+        self._stop_bash()
+        self._start_bash()
+
+    def _foreground_pgrp(self):
+        try:
+            return os.tcgetpgrp(self._child.child_fd)
+        except OSError:
+            return None
+
+    # ------------------------------------------------------------------
+    # running code
+
+    def _write_cell(self, script):
+        fd = os.open(self._cell_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(script)
+            if not script.endswith("\n"):
+                f.write("\n")
+
+    def _run(self, script, on_output):
+        """Run script in bash. Returns (status, how) where how is one of
+        "done", "interrupted" or ("exited", exitstatus, signalstatus)."""
+        if self._child is None or not self._child.isalive():
+            self._restart_bash()
+        self._write_cell(script)
+        self._child.sendline('eval "$(< %s)" < /dev/null' % shlex.quote(self._cell_path))
+
+        pending = ""
+        pending_since = None
+        buf = ""
+        interrupted = False
+        since_intr = ""  # output that arrived after the interrupt
+        kill_at = None
+        restart_at = None
+        while True:
+            try:
+                now = time.monotonic()
+                if pending and (now - pending_since >= _FLUSH_AFTER or len(pending) >= _FLUSH_SIZE):
+                    on_output(pending)
+                    pending, pending_since = "", None
+                timeout = 0.2
+                if pending:
+                    timeout = max(0.0, min(timeout, pending_since + _FLUSH_AFTER - now))
+                if kill_at is not None and now >= kill_at:
+                    kill_at = None
+                    pgrp = self._foreground_pgrp()
+                    if pgrp and pgrp != self._child.pid:
+                        try:
+                            os.killpg(pgrp, signal.SIGKILL)
+                        except OSError:
+                            pass
+                if restart_at is not None and now >= restart_at:
+                    restart_at = None
+                    try:
+                        self._child.kill(signal.SIGKILL)
+                    except OSError:
+                        pass
+                try:
+                    chunk = self._child.read_nonblocking(65536, timeout=timeout)
+                except pexpect.TIMEOUT:
+                    continue
+                except pexpect.EOF:
+                    text = buf
+                    if text:
+                        pending += text
+                    if pending:
+                        on_output(pending)
+                    self._child.close(force=True)
+                    exitstatus, signalstatus = self._child.exitstatus, self._child.signalstatus
+                    self._child = None
+                    if interrupted:
+                        return 130, "interrupted-exited"
+                    return None, ("exited", exitstatus, signalstatus)
+                buf += chunk
+                text, status, buf = self._split(buf)
+                if text:
+                    if not pending:
+                        pending_since = time.monotonic()
+                    pending += text
+                    if interrupted:
+                        since_intr += text[:2]
+                if status is not None:
+                    if interrupted and since_intr == "\n" and pending.endswith("\n"):
+                        # bash prints a newline after a job dies of SIGINT (a
+                        # terminal would show "^C" before it); drop it.
+                        pending = pending[:-1]
+                    if pending:
+                        on_output(pending)
+                    return status, ("interrupted" if interrupted else "done")
+            except KeyboardInterrupt:
+                interrupted = True
+                try:
+                    self._child.sendintr()
+                except Exception:
+                    pass
+                now = time.monotonic()
+                if kill_at is None and restart_at is None:
+                    kill_at = now + 2.0
+                    restart_at = now + 7.0
+
+    def _split(self, buf):
+        """(output text, status or None, rest kept for the next read)."""
+        m = self._marker.search(buf)
+        if m:
+            return buf[: m.start()], int(m.group(1)), ""
+        i = buf.rfind("\x01")
+        if i != -1:
+            tail = buf[i:]
+            prefix = "\x01" + self._token + ":"
+            if prefix.startswith(tail) or (
+                tail.startswith(prefix) and tail[len(prefix):].isdigit()
+            ):
+                return buf[:i], None, tail
+        return buf, None, ""
+
+    def _run_quiet(self, script):
+        out = []
+        self._run(script, out.append)
+        return "".join(out)
+
+    # ------------------------------------------------------------------
+    # envd directives
+
+    def _split_directives(self, code):
+        lines = code.split("\n")
+        directives = []
+        i = 0
+        while i < len(lines):
+            line = lines[i].rstrip("\r")
+            if not line.startswith("#%envd"):
+                break
+            m = _DIRECTIVE.match(line)
+            if not m:
+                raise DirectiveError("malformed envd directive: %r" % (line[:80],))
+            directives.append((m.group(1), m.group(2)))
+            i += 1
+        return directives, "\n".join(lines[i:])
+
+    @staticmethod
+    def _env_arg(arg):
+        try:
+            spec = json.loads(arg or "")
+        except ValueError as e:
+            raise DirectiveError("envd directive: invalid JSON: %s" % e)
+        if not isinstance(spec, dict):
+            raise DirectiveError("envd directive: expected a JSON object")
+        for name, value in spec.items():
+            if not _NAME.match(name):
+                raise DirectiveError("invalid environment variable name for bash: %r" % (name,))
+            if value is not None and (not isinstance(value, str) or "\0" in value):
+                raise DirectiveError("invalid value for environment variable %r" % (name,))
+        return spec
+
+    def _directives_to_bash(self, directives):
+        out = []
+        ensure = "declare -p __envd_saved >/dev/null 2>&1 || declare -A __envd_saved=()"
+        for verb, arg in directives:
+            if verb == "setenv":
+                spec = self._env_arg(arg)
+                out.append(ensure)
+                for name, value in spec.items():
+                    out.append(
+                        '[[ -v __envd_saved[%s] ]] || { if [[ -v %s ]]; then __envd_saved[%s]="s$%s"; '
+                        "else __envd_saved[%s]=u; fi; }" % (name, name, name, name, name)
+                    )
+                    out.append(self._assign(name, value))
+            elif verb == "setenv-global":
+                spec = self._env_arg(arg)
+                out.append(ensure)
+                for name, value in spec.items():
+                    saved = "u" if value is None else shlex.quote("s" + value)
+                    out.append("[[ -v __envd_saved[%s] ]] && __envd_saved[%s]=%s" % (name, name, saved))
+                    out.append(self._assign(name, value))
+                    self._global_env[name] = value
+            elif verb == "restoreenv":
+                if arg:
+                    raise DirectiveError("envd directive restoreenv takes no argument")
+                out.append(
+                    "if declare -p __envd_saved >/dev/null 2>&1; then "
+                    'for __envd_k in "${!__envd_saved[@]}"; do '
+                    "__envd_v=${__envd_saved[$__envd_k]}; "
+                    'if [[ $__envd_v == s* ]]; then export "$__envd_k=${__envd_v:1}"; '
+                    'else unset "$__envd_k"; fi; done; '
+                    "unset __envd_k __envd_v; __envd_saved=(); fi"
+                )
+            elif verb == "chdir":
+                try:
+                    path = json.loads(arg or "")
+                except ValueError as e:
+                    raise DirectiveError("envd directive chdir: invalid JSON: %s" % e)
+                if not isinstance(path, str) or path == "" or "\0" in path:
+                    raise DirectiveError("envd directive chdir: expected a non-empty JSON string")
+                out.append("cd -- %s" % shlex.quote(path))
+                self._cwd = path
+            else:
+                raise DirectiveError("unknown envd directive %r" % (verb,))
+        return "".join(line + "\n" for line in out)
+
+    @staticmethod
+    def _assign(name, value):
+        if value is None:
+            return "unset %s" % name
+        return "export %s=%s" % (name, shlex.quote(value))
+
+    # ------------------------------------------------------------------
+    # Kernel API
+
+    def _stream(self, name, text, silent):
+        if not silent and text:
+            self.send_response(self.iopub_socket, "stream", {"name": name, "text": text})
+
+    def _error(self, ename, evalue, traceback=None):
+        content = {"ename": ename, "evalue": evalue, "traceback": list(traceback or [])}
+        self.send_response(self.iopub_socket, "error", content)
+        reply = dict(content)
+        reply["status"] = "error"
+        reply["execution_count"] = self.execution_count
+        return reply
+
+    def _ok(self):
+        return {
+            "status": "ok",
+            "execution_count": self.execution_count,
+            "payload": [],
+            "user_expressions": {},
+        }
+
+    def do_execute(
+        self,
+        code,
+        silent,
+        store_history=True,
+        user_expressions=None,
+        allow_stdin=False,
+        *,
+        cell_id=None,
+    ):
+        try:
+            directives, body = self._split_directives(code)
+            script = self._directives_to_bash(directives)
+        except DirectiveError as e:
+            return self._error("EnvdDirectiveError", str(e))
+        script += body
+        if not script.strip():
+            return self._ok()
+
+        def on_output(text):
+            self._stream("stdout", text, silent)
+
+        try:
+            status, how = self._run(script, on_output)
+        except KeyboardInterrupt:  # arrived outside the read loop
+            return self._error("KeyboardInterrupt", "interrupted")
+        except Exception as e:
+            self._stop_bash()
+            return self._error("BashKernelError", "%s: %s" % (type(e).__name__, e))
+
+        if isinstance(how, tuple):  # bash exited
+            _, exitstatus, signalstatus = how
+            try:
+                self._start_bash()
+            except Exception as e:
+                return self._error("BashKernelError", "restarting bash: %s" % e)
+            if signalstatus:
+                what = "killed by signal %d" % signalstatus
+            else:
+                what = "exit code %d" % (exitstatus or 0)
+            self._stream("stderr", "[bash exited (%s); started a new shell]\n" % what, silent)
+            if signalstatus or exitstatus:
+                return self._error("BashError", what)
+            return self._ok()
+        if how == "interrupted-exited":
+            self._start_bash()
+            return self._error("KeyboardInterrupt", "exit code 130")
+        if how == "interrupted":
+            return self._error("KeyboardInterrupt", "exit code %d" % status)
+        if status != 0:
+            return self._error("BashError", "exit code %d" % status)
+        return self._ok()
+
+    def do_shutdown(self, restart):
+        self._stop_bash()
+        shutil.rmtree(self._tmpdir, ignore_errors=True)
+        return {"status": "ok", "restart": restart}
