@@ -8,7 +8,9 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -33,6 +35,10 @@ type Options struct {
 	// Retention is how long an exited process stays reachable by Connect.
 	// Zero: 30 s, as upstream.
 	Retention time.Duration
+	// ReaderGrace is how long a process's output waits for a following
+	// reader (Process.Follow) that reads nothing before leaving it behind
+	// (see flow.go). Zero: 2 s.
+	ReaderGrace time.Duration
 }
 
 // StartOptions says what to run and how.
@@ -73,6 +79,9 @@ func NewManager(opts Options) *Manager {
 	}
 	if opts.Retention <= 0 {
 		opts.Retention = 30 * time.Second
+	}
+	if opts.ReaderGrace <= 0 {
+		opts.ReaderGrace = 2 * time.Second
 	}
 	return &Manager{
 		opts:   opts,
@@ -115,10 +124,15 @@ func (m *Manager) Start(o StartOptions) (*Process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.User.Credential()}
 
 	p := &Process{
-		tag:    o.Tag,
-		config: o.Config,
-		log:    outbuf.New(m.opts.LogSize),
-		done:   make(chan struct{}),
+		tag:     o.Tag,
+		config:  o.Config,
+		log:     outbuf.New(m.opts.LogSize),
+		done:    make(chan struct{}),
+		logSize: m.opts.LogSize,
+		grace:   m.opts.ReaderGrace,
+		hurry:   make(chan struct{}),
+		killc:   make(chan struct{}),
+		readers: map[*Reader]struct{}{},
 	}
 	var childEnds []*os.File
 	closeAll := func(fs []*os.File) {
@@ -173,10 +187,26 @@ func (m *Manager) Start(o StartOptions) (*Process, error) {
 		if p.stdin != nil {
 			p.stdin.Close()
 		}
+		if d := unsearchable(o.User, o.Dir); d != "" && errors.Is(err, syscall.EACCES) {
+			// exec reports a cwd the user may not enter as "fork/exec
+			// <cmd>: permission denied": name the directory instead.
+			return nil, fmt.Errorf("%w: cwd '%s': user '%s' may not enter '%s': permission denied", ErrInvalid, o.Dir, o.User.Name, d)
+		}
 		return nil, fmt.Errorf("%w: start %s: %v", ErrInvalid, o.Config.Cmd, err)
 	}
 	p.pid = uint32(cmd.Process.Pid)
-	p.signal = func(s syscall.Signal) error { return cmd.Process.Signal(s) }
+	// Signal and Release are serialized: a signal racing the end must find
+	// the process done, not released (an error that is neither).
+	var sigMu sync.Mutex
+	released := false // guarded by sigMu
+	p.signal = func(s syscall.Signal) error {
+		sigMu.Lock()
+		defer sigMu.Unlock()
+		if released {
+			return os.ErrProcessDone
+		}
+		return cmd.Process.Signal(s)
+	}
 
 	m.mu.Lock()
 	m.live[p.pid] = p
@@ -194,7 +224,10 @@ func (m *Manager) Start(o StartOptions) (*Process, error) {
 		if timer != nil {
 			timer.Stop()
 		}
+		sigMu.Lock()
+		released = true
 		cmd.Process.Release()
+		sigMu.Unlock()
 		m.retire(p)
 	})
 	m.logger.Debug("process started", "pid", p.pid, "cmd", o.Config.Cmd, "user", o.User.Name, "pty", o.PTY != nil)
@@ -211,6 +244,37 @@ func (m *Manager) env(o StartOptions) []string {
 		}
 	}
 	return env // exec.Cmd keeps the last value of a duplicated name
+}
+
+// unsearchable returns the first directory on the way to dir (itself
+// included) that u may not search, judged by its permission bits, or "".
+func unsearchable(u *identity.User, dir string) string {
+	if u.UID == 0 {
+		return ""
+	}
+	path := "/"
+	for _, part := range append([]string{""}, strings.Split(strings.Trim(dir, "/"), "/")...) {
+		path = filepath.Join(path, part)
+		st, err := os.Stat(path)
+		if err != nil {
+			return ""
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		if !ok {
+			return ""
+		}
+		bit := os.FileMode(0o001) // others
+		switch {
+		case sys.Uid == u.UID:
+			bit = 0o100
+		case slices.Contains(u.Groups, sys.Gid):
+			bit = 0o010
+		}
+		if st.Mode().Perm()&bit == 0 {
+			return path
+		}
+	}
+	return ""
 }
 
 // openPTY opens a terminal pair with the given size. The master is made
@@ -329,6 +393,11 @@ func (m *Manager) Shutdown(ctx context.Context) {
 	m.mu.Unlock()
 	ps := m.List()
 	for _, p := range ps {
+		// An interactive shell ignores SIGTERM; on a terminal, tell it the
+		// terminal is going away, as closing a terminal window does.
+		if p.IsPTY() {
+			p.Signal(syscall.SIGHUP)
+		}
 		p.Signal(syscall.SIGTERM)
 	}
 	for _, p := range ps {

@@ -79,9 +79,19 @@ type Process struct {
 	stdin *os.File // guarded by inMu; nil when disabled or closed
 	tty   *os.File // the pty master; nil for pipe processes
 
-	outputs []*os.File // read ends of stdout/stderr, or the pty master
-	killed  atomic.Bool
-	signal  func(syscall.Signal) error
+	outputs  []*os.File    // read ends of stdout/stderr, or the pty master
+	killc    chan struct{} // closed by the first SIGKILL or SIGTERM sent
+	killOnce sync.Once
+	signal   func(syscall.Signal) error
+
+	// Flow control (flow.go).
+	logSize  int
+	grace    time.Duration
+	chunks   atomic.Uint64 // records the drains appended
+	hurry    chan struct{} // closed when output is no longer waited for
+	flowMu   sync.Mutex
+	readers  map[*Reader]struct{} // guarded by flowMu
+	flowWake chan struct{}        // guarded by flowMu; closed when a reader reads or leaves
 
 	done chan struct{} // closed once exit is set and the log is closed
 	exit Exit          // valid after done
@@ -115,6 +125,7 @@ func (p *Process) Exit() (e Exit, ok bool) {
 // Output returns a reader of the process's output that starts with whatever
 // is still retained (all of it, for a reader that comes at once), then follows
 // live output. It reads io.EOF after the last byte, once the process ended.
+// The process never waits for it: see Follow for a reader it waits for.
 func (p *Process) Output() *outbuf.Cursor {
 	return p.log.Cursor(outbuf.Oldest)
 }
@@ -184,11 +195,18 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	if _, ended := p.Exit(); ended {
 		return fmt.Errorf("%w: process with pid %d has already exited", ErrNotFound, p.pid)
 	}
-	if sig == syscall.SIGKILL || sig == syscall.SIGTERM {
-		p.killed.Store(true)
+	stop := sig == syscall.SIGKILL || sig == syscall.SIGTERM
+	if stop {
+		p.killOnce.Do(func() { close(p.killc) })
 	}
 	if err := p.signal(sig); err != nil {
 		if errors.Is(err, os.ErrProcessDone) {
+			if stop {
+				// It exited, but orphans still hold its output open (it
+				// is still listed): the kill ends that wait, as
+				// upstream's kill of the unreaped process does.
+				return nil
+			}
 			return fmt.Errorf("%w: process with pid %d has already exited", ErrNotFound, p.pid)
 		}
 		return fmt.Errorf("signal process %d: %w", p.pid, err)
@@ -204,7 +222,9 @@ func (p *Process) drain(f *os.File, kind uint8, wg *sync.WaitGroup) {
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
+			p.holdBack(n)
 			p.log.Write(kind, buf[:n])
+			p.chunks.Add(1)
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.EIO) && !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -230,19 +250,20 @@ func (p *Process) wait(exitc <-chan reaper.Exit, cleanup func()) {
 	ex := <-exitc
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
-	if p.killed.Load() {
+	select {
+	case <-drained:
+	case <-p.killc: // before the exit, or after it while orphans hold the pipes
 		// Background children may keep the pipes open after a kill: take
 		// what is already buffered, then stop waiting for them.
 		select {
 		case <-drained:
 		case <-time.After(killGrace):
+			close(p.hurry)
 			for _, f := range p.outputs {
 				f.SetReadDeadline(time.Now())
 			}
 			<-drained
 		}
-	} else {
-		<-drained
 	}
 	for _, f := range p.outputs {
 		f.Close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,8 +63,25 @@ func toConnectErr(err error) error {
 	default:
 		code = connect.CodeInternal
 	}
+	// The wire message is the domain's without the sentinel's text:
+	// "process with pid 7 not found", not "process not found: process with
+	// pid 7 not found".
+	for _, sentinel := range []error{ErrNotFound, ErrInvalid, ErrWrongState, ErrUnauthorized} {
+		if msg, ok := strings.CutPrefix(err.Error(), sentinel.Error()+": "); ok {
+			return connect.NewError(code, &wireError{msg: msg, err: err})
+		}
+	}
 	return connect.NewError(code, err)
 }
+
+// wireError is err with another message.
+type wireError struct {
+	msg string
+	err error
+}
+
+func (e *wireError) Error() string { return e.msg }
+func (e *wireError) Unwrap() error { return e.err }
 
 func selector(s *pb.ProcessSelector) (Selector, error) {
 	switch v := s.GetSelector().(type) {
@@ -157,7 +175,8 @@ func keepaliveInterval(h http.Header) time.Duration {
 // process is quiet, and the end once its output is exhausted. It owns send:
 // only this goroutine writes to the stream.
 func streamEvents(ctx context.Context, p *Process, keepalive time.Duration, send func(*pb.ProcessEvent) error) error {
-	cur := p.Output()
+	cur := p.Follow()
+	defer cur.Close()
 	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: p.Pid()}}}); err != nil {
 		return err
 	}

@@ -1,0 +1,236 @@
+// Package processtest serves the real process.Process service for tests,
+// built the way internal/daemon wires it (Manager, Service, the server's
+// handler options and route table), on an httptest server that speaks
+// HTTP/1.1 and h2c, and gives tests generated clients for each transport,
+// codec and run-as user, plus a Watcher that reads a Start or Connect stream
+// in the background.
+//
+// Nothing here calls t.Fatal from a goroutine: background readers only
+// record, and the test's own goroutine asserts.
+package processtest
+
+import (
+	"context"
+	"encoding/base64"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/gen/process/processconnect"
+	"github.com/envd-dev/envd/internal/defaults"
+	"github.com/envd-dev/envd/internal/process"
+	"github.com/envd-dev/envd/internal/server"
+)
+
+// Timeouts shared by every test of the process packages. They are generous:
+// the suite runs with -race on two cores, many tests in parallel.
+const (
+	// WaitShort bounds what should take well under a second.
+	WaitShort = 15 * time.Second
+	// WaitLong bounds heavy work: big streams, hundreds of processes.
+	WaitLong = 120 * time.Second
+	// Poll is the interval of Eventually.
+	Poll = 10 * time.Millisecond
+)
+
+// FixedEnv is what the test server's defaults always set, as the daemon
+// sets E2B_SANDBOX.
+var FixedEnv = map[string]string{"E2B_SANDBOX": "true"}
+
+// Options configures New. Every field may be left zero.
+type Options struct {
+	// DefaultUser is the user of requests without Basic auth. Zero: "root".
+	DefaultUser string
+	// LogSize, Retention and ReaderGrace go to process.Options (zero: its
+	// defaults).
+	LogSize     int
+	Retention   time.Duration
+	ReaderGrace time.Duration
+}
+
+// Server is a served process service.
+type Server struct {
+	URL      string
+	Manager  *process.Manager
+	Defaults *defaults.Defaults
+}
+
+// Logger is the logger of test servers: silent, unless ENVD_TEST_LOG is set,
+// then text on stderr. (Never t.Log: processes end, and log, after tests.)
+func Logger() *slog.Logger {
+	if os.Getenv("ENVD_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// New serves a fresh Manager's service until the test ends. At cleanup every
+// process still running is killed by pid and waited for, then the server is
+// closed.
+func New(t testing.TB, o Options) *Server {
+	t.Helper()
+	if o.DefaultUser == "" {
+		o.DefaultUser = "root"
+	}
+	log := Logger()
+	defs := defaults.New(o.DefaultUser, FixedEnv)
+	m := process.NewManager(process.Options{
+		Logger: log, Env: defs.Env, LogSize: o.LogSize, Retention: o.Retention, ReaderGrace: o.ReaderGrace,
+	})
+	// As daemon.Run wires it.
+	path, h := process.NewService(m, defs).Handler(server.HandlerOptions(log, defs)...)
+	handler, err := server.New(server.Options{Logger: log, Routes: []server.Route{{Pattern: path, Handler: h}}})
+	if err != nil {
+		t.Fatalf("build routes: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(handler)
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = &p
+	srv.Start()
+	t.Cleanup(srv.Close) // runs last: after the processes are gone
+	t.Cleanup(func() { KillAll(t, m) })
+	return &Server{URL: srv.URL, Manager: m, Defaults: defs}
+}
+
+// KillAll sends SIGKILL to every live process of m and waits for each to end.
+func KillAll(t testing.TB, m *process.Manager) {
+	t.Helper()
+	ps := m.List()
+	for _, p := range ps {
+		p.Signal(syscall.SIGKILL) // an error means it ended meanwhile
+	}
+	for _, p := range ps {
+		select {
+		case <-p.Done():
+		case <-time.After(WaitShort):
+			t.Errorf("process %d still running %v after SIGKILL", p.Pid(), WaitShort)
+		}
+	}
+}
+
+// Proto is the HTTP version a client speaks.
+type Proto string
+
+const (
+	H2C   Proto = "h2c"
+	HTTP1 Proto = "http1"
+)
+
+// Codec is the Connect codec a client uses.
+type Codec string
+
+const (
+	JSON   Codec = "json"   // as the SDK
+	Binary Codec = "binary" // protobuf
+)
+
+// ClientOptions picks how a client talks.
+type ClientOptions struct {
+	Proto Proto // zero: H2C
+	Codec Codec // zero: Binary
+	// User, when set, goes as "Authorization: Basic base64(user:)".
+	User string
+	// Header is added to every request (e.g. Keepalive-Ping-Interval).
+	Header http.Header
+	// Gzip lets the server compress responses, as a Go client does by
+	// default; the SDK does not, and neither does a zero ClientOptions.
+	Gzip bool
+}
+
+// HTTPClient returns an HTTP client speaking proto, whose connections are
+// closed when the test ends.
+func HTTPClient(t testing.TB, proto Proto, user string, header http.Header) *http.Client {
+	var p http.Protocols
+	if proto == HTTP1 {
+		p.SetHTTP1(true)
+	} else {
+		p.SetUnencryptedHTTP2(true)
+	}
+	tr := &http.Transport{Protocols: &p, MaxIdleConnsPerHost: 64}
+	t.Cleanup(tr.CloseIdleConnections)
+	var rt http.RoundTripper = tr
+	if user != "" || len(header) > 0 {
+		rt = &headers{user: user, header: header, next: tr}
+	}
+	return &http.Client{Transport: rt}
+}
+
+// Client returns a generated process client.
+func (s *Server) Client(t testing.TB, o ClientOptions) processconnect.ProcessClient {
+	var opts []connect.ClientOption
+	if o.Codec == JSON {
+		opts = append(opts, connect.WithProtoJSON())
+	}
+	if !o.Gzip {
+		opts = append(opts, connect.WithAcceptCompression("gzip", nil, nil))
+	}
+	return processconnect.NewProcessClient(HTTPClient(t, o.Proto, o.User, o.Header), s.URL, opts...)
+}
+
+// BasicAuth is the Authorization header value naming user.
+func BasicAuth(user string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"))
+}
+
+type headers struct {
+	user   string
+	header http.Header
+	next   http.RoundTripper
+}
+
+func (h *headers) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, vs := range h.header {
+		for _, v := range vs {
+			r.Header.Add(k, v)
+		}
+	}
+	if h.user != "" {
+		r.Header.Set("Authorization", BasicAuth(h.user))
+	}
+	return h.next.RoundTrip(r)
+}
+
+// Eventually polls cond every Poll until it holds, failing the test with msg
+// after timeout.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: "+msg, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(Poll)
+	}
+}
+
+// Context returns a context that ends after d or with the test.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// KillAtCleanup pins a process a test learned the pid of (say a background child
+// that a script printed) so that it can be killed at cleanup without
+// risking a reused pid. A pid already gone is ignored.
+func KillAtCleanup(t testing.TB, pid int) {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return // ended already
+	}
+	t.Cleanup(func() {
+		unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		unix.Close(fd)
+	})
+}
