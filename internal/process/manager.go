@@ -154,11 +154,11 @@ func (m *Manager) Start(o StartOptions) (*Process, error) {
 		p.outputs = []*os.File{master}
 		childEnds = []*os.File{tty}
 	} else {
-		outR, outW, err := os.Pipe()
+		outR, outW, err := outputPipe()
 		if err != nil {
 			return nil, fmt.Errorf("create stdout pipe: %w", err)
 		}
-		errR, errW, err := os.Pipe()
+		errR, errW, err := outputPipe()
 		if err != nil {
 			closeAll([]*os.File{outR, outW})
 			return nil, fmt.Errorf("create stderr pipe: %w", err)
@@ -302,6 +302,23 @@ func openPTY(s Size) (master, tty *os.File, err error) {
 		return nil, nil, err
 	}
 	return os.NewFile(uintptr(fd), "/dev/ptmx"), t, nil
+}
+
+// outputPipe is a pipe for a child's stdout or stderr, grown to outputPipeSize
+// so a program that prints in bulk fills it in few, large chunks: fewer
+// syscalls and fewer, bigger messages for the readers. Growing it is best
+// effort; the default 64 KiB works, only slower.
+func outputPipe() (r, w *os.File, err error) {
+	r, w, err = os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if rc, err := r.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			unix.FcntlInt(fd, unix.F_SETPIPE_SZ, outputPipeSize)
+		})
+	}
+	return r, w, nil
 }
 
 // retire moves an ended process from live to exited, where Connect still

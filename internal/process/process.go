@@ -40,9 +40,17 @@ var (
 	ErrUnauthorized = errors.New("not allowed")
 )
 
-// readChunk is how much one read of a child's output takes: 32 KiB for
-// pipes as upstream does, enough to keep syscalls per byte low.
-const readChunk = 32 << 10
+// A drain reads a child's output in chunks of readChunk, 32 KiB as upstream,
+// and doubles its buffer up to maxReadChunk while reads fill it: a quiet
+// program costs little memory, a program printing in bulk is moved in few
+// large chunks (fewer syscalls, fewer and bigger messages to readers).
+const (
+	readChunk    = 32 << 10
+	maxReadChunk = 1 << 20
+)
+
+// outputPipeSize is the kernel buffer of an output pipe (see outputPipe).
+const outputPipeSize = 1 << 20
 
 // killGrace is how long output still in a pipe is drained after a kill, since
 // a killed process's orphans may hold the pipe open for ever.
@@ -225,6 +233,11 @@ func (p *Process) drain(f *os.File, kind uint8, wg *sync.WaitGroup) {
 			p.holdBack(n)
 			p.log.Write(kind, buf[:n])
 			p.chunks.Add(1)
+		}
+		// A chunk stays well under the log's size, or one record would
+		// push a reader that keeps up out of it (see flow.go).
+		if n == len(buf) && len(buf) < min(maxReadChunk, p.logSize/8) {
+			buf = make([]byte, 2*len(buf))
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.EIO) && !errors.Is(err, os.ErrDeadlineExceeded) {
