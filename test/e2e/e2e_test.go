@@ -1,0 +1,430 @@
+// Package e2e_test runs the real envd binary: it builds cmd/envd once (with
+// -race when these tests run with it), starts it on a free 127.0.0.1 port and
+// a unix socket, and drives it over the wire.
+//
+// Every process these tests start, directly or through envd, is ended by its
+// pid only.
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.uber.org/goleak"
+
+	pb "github.com/envd-dev/envd/gen/process"
+	"github.com/envd-dev/envd/gen/process/processconnect"
+)
+
+// envdBin is the binary under test, built by TestMain.
+var envdBin string
+
+// Timeouts shared by the tests. The binary may be built with -race, which
+// makes it several times slower to start.
+const (
+	startTimeout   = 30 * time.Second
+	requestTimeout = 15 * time.Second
+	// shutdownGrace is daemon.Config.ShutdownGrace's default, which the
+	// binary uses (there is no flag for it).
+	shutdownGrace = 5 * time.Second
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "envd-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	envdBin = filepath.Join(dir, "envd")
+	args := []string{"build", "-o", envdBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	args = append(args, "github.com/envd-dev/envd/cmd/envd")
+	build := exec.Command("go", args...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build envd:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(&cleanupM{m: m})
+}
+
+// cleanupM removes the built binary once the tests ran, before goleak checks
+// for leaks and exits.
+type cleanupM struct{ m *testing.M }
+
+func (c *cleanupM) Run() int {
+	code := c.m.Run()
+	os.RemoveAll(filepath.Dir(envdBin))
+	return code
+}
+
+// syncBuffer collects a child's output.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// socketPath returns a unix socket path in a fresh temporary directory,
+// short enough for sun_path.
+func socketPath(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "envd-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "envd.sock")
+}
+
+// cleanEnv is the test's environment without ENVD_* variables, so that only
+// what a test sets reaches the daemon.
+func cleanEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ENVD_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// envd is one running daemon.
+type envd struct {
+	cmd    *exec.Cmd
+	url    string // http://127.0.0.1:port
+	sock   string // unix socket path, "" when none
+	stderr *syncBuffer
+	exited chan struct{} // closed when the process has exited
+	err    error         // Wait's result, valid once exited is closed
+}
+
+type startOptions struct {
+	args []string // beyond the ones startEnvd adds
+	env  []string // extra environment, KEY=VALUE
+	// raw: use args and env as they are, without the host, port, socket and
+	// code-execution flags startEnvd adds; port is then the one to probe.
+	raw  bool
+	port int
+	sock string
+}
+
+// startEnvd runs the binary and returns once /health answers 204. The
+// daemon, and any process it left, is killed by pid when the test ends.
+func startEnvd(t *testing.T, o startOptions) *envd {
+	t.Helper()
+	e := launch(t, o)
+	if err := e.waitHealthy(startTimeout); err != nil {
+		t.Fatalf("envd not healthy: %v\nstderr:\n%s", err, e.stderr)
+	}
+	return e
+}
+
+// launch starts the binary without waiting for it to serve.
+func launch(t *testing.T, o startOptions) *envd {
+	t.Helper()
+	args := o.args
+	if !o.raw {
+		if o.port == 0 {
+			o.port = freePort(t)
+		}
+		if o.sock == "" {
+			o.sock = socketPath(t)
+		}
+		args = append([]string{
+			"-host", "127.0.0.1",
+			"-port", strconv.Itoa(o.port),
+			"-unix-socket", o.sock,
+			"-code-port", "0",
+			"-no-jupyter",
+		}, args...)
+	}
+	e := &envd{
+		url:    "http://127.0.0.1:" + strconv.Itoa(o.port),
+		sock:   o.sock,
+		stderr: &syncBuffer{},
+		exited: make(chan struct{}),
+	}
+	e.cmd = exec.Command(envdBin, args...)
+	e.cmd.Env = cleanEnv(o.env...)
+	e.cmd.Stdout = e.stderr
+	e.cmd.Stderr = e.stderr
+	if err := e.cmd.Start(); err != nil {
+		t.Fatalf("start envd: %v", err)
+	}
+	go func() {
+		e.err = e.cmd.Wait()
+		close(e.exited)
+	}()
+	t.Cleanup(func() {
+		e.kill(t)
+		if strings.Contains(e.stderr.String(), "WARNING: DATA RACE") {
+			t.Errorf("envd reported a data race:\n%s", e.stderr)
+		}
+	})
+	return e
+}
+
+// kill ends the daemon and whatever it started, by pid, if still running.
+func (e *envd) kill(t *testing.T) {
+	select {
+	case <-e.exited:
+		return
+	default:
+	}
+	tree := descendants(e.cmd.Process.Pid)
+	e.cmd.Process.Signal(syscall.SIGKILL)
+	for _, p := range tree {
+		p.killIfSame()
+	}
+	select {
+	case <-e.exited:
+	case <-time.After(requestTimeout):
+		t.Errorf("envd (pid %d) did not die after SIGKILL", e.cmd.Process.Pid)
+	}
+}
+
+func (e *envd) waitHealthy(timeout time.Duration) error {
+	c := &http.Client{Timeout: time.Second}
+	defer c.CloseIdleConnections()
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-e.exited:
+			return fmt.Errorf("envd exited: %v", e.err)
+		default:
+		}
+		resp, err := c.Get(e.url + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return nil
+			}
+			err = fmt.Errorf("GET /health: %s", resp.Status)
+		}
+		last = err
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("no 204 from /health after %v: %v", timeout, last)
+}
+
+// wait waits for the daemon to exit and returns its exit code.
+func (e *envd) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-e.exited:
+	case <-time.After(timeout):
+		t.Fatalf("envd still running after %v\nstderr:\n%s", timeout, e.stderr)
+	}
+	return e.cmd.ProcessState.ExitCode()
+}
+
+func (e *envd) alive() bool {
+	select {
+	case <-e.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func httpClient(t *testing.T) *http.Client {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{}, Timeout: requestTimeout}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+// streamClient has no overall timeout, for streams that outlive it; each
+// call bounds itself with its context.
+func streamClient(t *testing.T) *http.Client {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+func unixClient(t *testing.T, path string) *http.Client {
+	t.Helper()
+	c := &http.Client{
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}},
+		Timeout: requestTimeout,
+	}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+// processClient speaks Connect JSON, as the JS SDK does.
+func processClient(c *http.Client, url string) processconnect.ProcessClient {
+	return processconnect.NewProcessClient(c, url, connect.WithProtoJSON())
+}
+
+// proc is one process as /proc shows it. start (clock ticks since boot)
+// tells a pid apart from a later process that reuses it.
+type proc struct {
+	pid, ppid int
+	state     byte
+	start     uint64
+	comm      string
+}
+
+func readProc(pid int) (proc, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return proc{}, false
+	}
+	s := string(b)
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < open {
+		return proc{}, false
+	}
+	f := strings.Fields(s[closing+1:])
+	if len(f) < 20 {
+		return proc{}, false
+	}
+	p := proc{pid: pid, state: f[0][0], comm: s[open+1 : closing]}
+	p.ppid, _ = strconv.Atoi(f[1])
+	p.start, _ = strconv.ParseUint(f[19], 10, 64)
+	return p, true
+}
+
+func allProcs() map[int]proc {
+	ents, _ := os.ReadDir("/proc")
+	out := map[int]proc{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, ok := readProc(pid); ok {
+			out[pid] = p
+		}
+	}
+	return out
+}
+
+// descendants lists every process below root, following ppid chains.
+func descendants(root int) []proc {
+	ps := allProcs()
+	children := map[int][]int{}
+	for _, p := range ps {
+		children[p.ppid] = append(children[p.ppid], p.pid)
+	}
+	var out []proc
+	queue := []int{root}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		for _, c := range children[pid] {
+			out = append(out, ps[c])
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// running tells whether the very same process still runs (not a zombie, and
+// not a new process that reused the pid).
+func (p proc) running() bool {
+	now, ok := readProc(p.pid)
+	return ok && now.start == p.start && now.state != 'Z'
+}
+
+// killIfSame SIGKILLs p if it is still the same process.
+func (p proc) killIfSame() {
+	if p.running() {
+		syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+}
+
+// startProcess starts a process through envd and returns its pid once the
+// start event came; the stream is drained until it ends or the test does.
+func startProcess(t *testing.T, pc processconnect.ProcessClient, req *pb.StartRequest) uint32 {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := pc.Start(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatalf("Start %s: %v", req.GetProcess().GetCmd(), err)
+	}
+	if !stream.Receive() {
+		t.Fatalf("Start %s: %v", req.GetProcess().GetCmd(), stream.Err())
+	}
+	pid := stream.Msg().GetEvent().GetStart().GetPid()
+	if pid == 0 {
+		t.Fatalf("Start %s: first event %v, want start", req.GetProcess().GetCmd(), stream.Msg())
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for stream.Receive() {
+		}
+		stream.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return pid
+}
+
+// run starts a process through envd and collects its output and end.
+func run(ctx context.Context, pc processconnect.ProcessClient, req *pb.StartRequest) (stdout string, end *pb.ProcessEvent_EndEvent, err error) {
+	stream, err := pc.Start(ctx, connect.NewRequest(req))
+	if err != nil {
+		return "", nil, err
+	}
+	defer stream.Close()
+	var out strings.Builder
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		out.Write(ev.GetData().GetStdout())
+		out.Write(ev.GetData().GetPty())
+		if e := ev.GetEnd(); e != nil {
+			end = e
+		}
+	}
+	return out.String(), end, stream.Err()
+}
