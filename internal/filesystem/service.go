@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -15,11 +14,8 @@ import (
 	"github.com/envd-dev/envd/internal/auth"
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/server"
 )
-
-// DefaultKeepalive is the keepalive interval of a watch stream whose client
-// sent no Keepalive-Ping-Interval header, as upstream.
-const DefaultKeepalive = 90 * time.Second
 
 // Service is the filesystem.Filesystem Connect service: the only place that
 // knows both the wire and the domain.
@@ -187,7 +183,7 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDir
 	if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Start{Start: &pb.WatchDirResponse_StartEvent{}}}); err != nil {
 		return err
 	}
-	keepalive := keepaliveInterval(req.Header())
+	keepalive := server.KeepaliveInterval(req.Header())
 	ticker := time.NewTicker(keepalive)
 	defer ticker.Stop()
 	for {
@@ -211,14 +207,6 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDir
 			return toConnectErr(ctx.Err())
 		}
 	}
-}
-
-// keepaliveInterval reads Keepalive-Ping-Interval (seconds).
-func keepaliveInterval(h http.Header) time.Duration {
-	if n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && n > 0 {
-		return time.Duration(n) * time.Second
-	}
-	return DefaultKeepalive
 }
 
 // CreateWatcher starts a polling watcher.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -17,11 +16,8 @@ import (
 	"github.com/envd-dev/envd/internal/auth"
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/outbuf"
+	"github.com/envd-dev/envd/internal/server"
 )
-
-// DefaultKeepalive is the keepalive interval of a stream whose client sent
-// no Keepalive-Ping-Interval header, as upstream.
-const DefaultKeepalive = 90 * time.Second
 
 // Service is the process.Process Connect service: the only place that knows
 // both the wire and the domain.
@@ -142,7 +138,7 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 	if err != nil {
 		return toConnectErr(err)
 	}
-	return streamEvents(ctx, p, keepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
+	return streamEvents(ctx, p, server.KeepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: e})
 	})
 }
@@ -158,17 +154,9 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 	if err != nil {
 		return toConnectErr(err)
 	}
-	return streamEvents(ctx, p, keepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
+	return streamEvents(ctx, p, server.KeepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
 		return stream.Send(&pb.ConnectResponse{Event: e})
 	})
-}
-
-// keepaliveInterval reads Keepalive-Ping-Interval (seconds).
-func keepaliveInterval(h http.Header) time.Duration {
-	if n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && n > 0 {
-		return time.Duration(n) * time.Second
-	}
-	return DefaultKeepalive
 }
 
 // streamEvents sends start, then every output record, keepalives while the
