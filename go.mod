@@ -17,5 +17,5 @@ require (
 	github.com/mdlayher/socket v0.4.1 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sync v0.1.0 // indirect
-	golang.org/x/term v0.48.0 // indirect
+	golang.org/x/term v0.48.0
 )

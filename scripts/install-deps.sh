@@ -18,6 +18,7 @@
 # Environment knobs:
 #   ENVD_INSTALL_FULL=1   also install the big data stack (the Dockerfile sets it)
 #   ENVD_SKIP_COMPAT=1    skip `npm ci` in test/compat (e.g. in a runtime image)
+#   ENVD_SKIP_GO=1        do not install Go (a runtime image gets a built envd)
 #   ENVD_KERNELS_DIR      where npm-installed kernels go (default /opt/envd-kernels)
 #   ENVD_KERNELSPEC_DIR   kernelspec root (default /usr/local/share/jupyter/kernels)
 set -euo pipefail
@@ -170,6 +171,7 @@ install_user() {
 # release from the Go module proxy (golang.org/toolchain, the same zip the go
 # command itself downloads for GOTOOLCHAIN), unpacked into /usr/local/go.
 install_go() {
+	[[ ${ENVD_SKIP_GO:-0} == 1 ]] && return
 	if command -v go >/dev/null || [[ -x /usr/local/go/bin/go ]]; then
 		return
 	fi

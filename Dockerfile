@@ -1,0 +1,33 @@
+# The sandbox image: envd, start-up.sh, Jupyter with its kernels and the data
+# stack, installed by the same scripts/install-deps.sh that CI runs.
+#
+#   docker build -t envd-sandbox .
+#   docker run --rm -p 49983:49983 -p 49999:49999 envd-sandbox
+
+# --- build: a static envd ----------------------------------------------------
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY cmd/ cmd/
+COPY gen/ gen/
+COPY internal/ internal/
+COPY client/ client/
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/envd ./cmd/envd \
+	&& CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/envctl ./cmd/envctl
+
+# --- the sandbox -------------------------------------------------------------
+FROM debian:bookworm
+# The same installer CI runs; the sandbox needs no Go (it gets a built envd)
+# and no test packages.
+COPY scripts/install-deps.sh /opt/envd/scripts/install-deps.sh
+RUN ENVD_INSTALL_FULL=1 ENVD_SKIP_COMPAT=1 ENVD_SKIP_GO=1 /opt/envd/scripts/install-deps.sh \
+	&& rm -rf /var/lib/apt/lists/* /root/.npm
+COPY --from=build /out/envd /out/envctl /usr/local/bin/
+COPY start-up.sh /usr/local/bin/start-up.sh
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+	LANG=C.UTF-8
+WORKDIR /home/user
+EXPOSE 49983 49999
+STOPSIGNAL SIGTERM
+CMD ["/usr/local/bin/start-up.sh"]

@@ -1,0 +1,185 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/envd-dev/envd/client"
+)
+
+// These examples run against a real envd, whose address TestMain puts in
+// ENVD_ADDR (zero: client.DefaultAddr).
+
+func ExampleClient_Start() {
+	ctx := context.Background()
+	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR")})
+	defer c.Close()
+
+	p, err := c.Start(ctx, client.Command{
+		Name: "/bin/sh",
+		Args: []string{"-c", "for i in 1 2 3; do echo line $i; done; exit 3"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("started pid", p.PID > 0)
+	// Output arrives in chunks as the process writes it.
+	var lines int
+	for ev, err := range p.Events() {
+		if err != nil {
+			log.Fatal(err)
+		}
+		if ev.Stream == client.Stdout {
+			lines += strings.Count(string(ev.Data), "\n")
+		}
+	}
+	exit, err := p.Wait()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(lines, "lines, exit code", exit.Code)
+	// Output:
+	// started pid true
+	// 3 lines, exit code 3
+}
+
+func ExampleClient_Run() {
+	ctx := context.Background()
+	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR")})
+	defer c.Close()
+
+	res, err := c.Run(ctx, client.Command{
+		Name: "/bin/sh",
+		Args: []string{"-c", "echo $GREETING; echo oops >&2; kill -TERM $$"},
+		Env:  map[string]string{"GREETING": "hello"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("stdout %q, stderr %q\n", res.Stdout, res.Stderr)
+	fmt.Println(res.Exit.Status, res.Exit.Signal == 15)
+	// Output:
+	// stdout "hello\n", stderr "oops\n"
+	// signal: terminated true
+}
+
+func ExampleProcess_SendStdin() {
+	ctx := context.Background()
+	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR")})
+	defer c.Close()
+
+	var out strings.Builder
+	p, err := c.Start(ctx, client.Command{Name: "tr", Args: []string{"a-z", "A-Z"}, Stdin: true, Stdout: &out})
+	if err != nil {
+		log.Fatal(err)
+	}
+	p.SendStdin(ctx, []byte("shout\n"))
+	p.CloseStdin(ctx)
+	if _, err := p.Wait(); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(out.String())
+	// Output:
+	// SHOUT
+}
+
+func ExampleClient_Upload() {
+	ctx := context.Background()
+	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR"), User: "root"})
+	defer c.Close()
+
+	// Upload streams any io.Reader; parent directories are created.
+	path, err := c.Upload(ctx, "/tmp/envd-example/notes/hello.txt", strings.NewReader("hello, sandbox\n"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Remove(ctx, "/tmp/envd-example")
+	fmt.Println("wrote", path)
+
+	r, err := c.Download(ctx, path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("read %d bytes: %s", r.Size, b)
+
+	_, err = c.Download(ctx, "/tmp/envd-example/missing")
+	fmt.Println(err)
+	// Output:
+	// wrote /tmp/envd-example/notes/hello.txt
+	// read 15 bytes: hello, sandbox
+	// download /tmp/envd-example/missing: not found (HTTP 404): path '/tmp/envd-example/missing' does not exist
+}
+
+func ExampleClient_ListDir() {
+	ctx := context.Background()
+	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR"), User: "root"})
+	defer c.Close()
+
+	c.MakeDir(ctx, "/tmp/envd-example-ls/a/b")
+	c.Upload(ctx, "/tmp/envd-example-ls/a/f.txt", strings.NewReader("f"))
+	defer c.Remove(ctx, "/tmp/envd-example-ls")
+
+	entries, err := c.ListDir(ctx, "/tmp/envd-example-ls", 3)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, e := range entries {
+		fmt.Println(e.Type, e.Permissions, strings.TrimPrefix(e.Path, "/tmp/envd-example-ls/"))
+	}
+	// Output:
+	// dir drwxr-xr-x a
+	// dir drwxr-xr-x a/b
+	// file -rw-r--r-- a/f.txt
+}
+
+func ExampleClient_Watch() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR"), User: "root"})
+	defer c.Close()
+
+	c.MakeDir(ctx, "/tmp/envd-example-watch")
+	defer c.Remove(ctx, "/tmp/envd-example-watch")
+	w, err := c.Watch(ctx, "/tmp/envd-example-watch", client.WatchOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Close()
+	// The watch is in place once Watch returns: nothing after it is missed.
+	c.Upload(ctx, "/tmp/envd-example-watch/new.txt", strings.NewReader("x"))
+	for ev, err := range w.Events() {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(ev.Op, ev.Name)
+		if ev.Op == client.OpWrite {
+			break
+		}
+	}
+	// Output:
+	// create new.txt
+	// write new.txt
+}
+
+// A Firecracker microVM's envd is reached through the host side of its vsock
+// device: the uds_path given to Firecracker and envd's -vsock-port.
+func ExampleFirecrackerUDS() {
+	c := client.New(client.Options{
+		Dialer: client.FirecrackerUDS("/srv/vms/vm1/v.sock", 49983),
+		Token:  "the sandbox's access token",
+	})
+	defer c.Close()
+	if err := c.Health(context.Background()); err != nil {
+		fmt.Println("sandbox down:", err)
+	}
+}

@@ -1,0 +1,161 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// The tests and the examples of this package run against a real envd, built
+// from ../cmd/envd and started by TestMain on a free 127.0.0.1 port and a
+// unix socket. It is built without -race even when these tests run with it:
+// the race detector here watches the client; test/e2e watches the daemon.
+var (
+	envdBin  string // the built binary
+	envdAddr string // http://127.0.0.1:port of the shared daemon
+	envdSock string // its unix socket
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "envd-client-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	envdBin = filepath.Join(dir, "envd")
+	build := exec.Command("go", "build", "-o", envdBin, "github.com/envd-dev/envd/cmd/envd")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build envd:", err)
+		return 1
+	}
+	envdSock = filepath.Join(dir, "envd.sock")
+	d, err := startDaemon(envdSock)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	envdAddr = d.addr
+	// The examples find envd where a reader's program would: ENVD_ADDR.
+	os.Setenv("ENVD_ADDR", envdAddr)
+	code := m.Run()
+	if err := d.stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// daemon is one running envd.
+type daemon struct {
+	cmd    *exec.Cmd
+	addr   string
+	exited chan struct{}
+	log    *os.File
+}
+
+// startDaemon starts envd on a free port (and sock, if not "") with extra
+// flags, and waits until /health answers.
+func startDaemon(sock string, extra ...string) (*daemon, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-code-port", "0", "-no-jupyter", "-log-level", "warn"}
+	if sock != "" {
+		args = append(args, "-unix-socket", sock)
+	}
+	cmd := exec.Command(envdBin, append(args, extra...)...)
+	cmd.Env = cleanEnv()
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start envd: %w", err)
+	}
+	d := &daemon{cmd: cmd, addr: "http://127.0.0.1:" + strconv.Itoa(port), exited: make(chan struct{})}
+	go func() { cmd.Wait(); close(d.exited) }()
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-d.exited:
+			return nil, fmt.Errorf("envd exited at start: %v", cmd.ProcessState)
+		default:
+		}
+		if resp, err := hc.Get(d.addr + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return d, nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.stop()
+	return nil, fmt.Errorf("envd did not answer /health in 30 s")
+}
+
+// stop ends the daemon with SIGTERM, and SIGKILL if it lingers.
+func (d *daemon) stop() error {
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(15 * time.Second):
+		d.cmd.Process.Kill()
+		<-d.exited
+		return fmt.Errorf("envd (pid %d) ignored SIGTERM for 15 s", d.cmd.Process.Pid)
+	}
+	if !d.cmd.ProcessState.Success() {
+		return fmt.Errorf("envd exited with %v after SIGTERM", d.cmd.ProcessState)
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// cleanEnv is the environment without ENVD_* variables, which envd reads as
+// flags.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if len(kv) < 5 || kv[:5] != "ENVD_" {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// testContext is a context bounded by the test's deadline, or d.
+func testContext(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/envd-dev/envd/client"
+)
+
+var psCommand = &command{
+	name:    "ps",
+	args:    "",
+	summary: "list the processes envd runs",
+	run: func(ctx context.Context, e *env, _ any, args []string) error {
+		if len(args) > 0 {
+			return usageError{fmt.Sprintf("ps: unexpected argument %q (usage: envctl ps)", args[0])}
+		}
+		ps, err := e.c.ListProcesses(ctx)
+		if err != nil {
+			return err
+		}
+		slices.SortFunc(ps, func(a, b client.ProcessInfo) int { return int(a.PID) - int(b.PID) })
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PID\tTAG\tCOMMAND")
+		for _, p := range ps {
+			fmt.Fprintf(tw, "%d\t%s\t%s\n", p.PID, p.Tag, shellJoin(append([]string{p.Name}, p.Args...)))
+		}
+		return tw.Flush()
+	},
+}
+
+// shellJoin quotes words that need it, for display.
+func shellJoin(words []string) string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		if w == "" || strings.ContainsAny(w, " \t\n'\"\\$`|&;<>()*?[]{}~#!") {
+			w = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+		}
+		out[i] = w
+	}
+	return strings.Join(out, " ")
+}
+
+type killOpts struct{ signal string }
+
+var killCommand = &command{
+	name:         "kill",
+	args:         "PID [--signal TERM|KILL]",
+	summary:      "send a signal to a process (default SIGTERM)",
+	interspersed: true,
+	flags: func(fs *flag.FlagSet) any {
+		o := &killOpts{}
+		fs.StringVar(&o.signal, "signal", "TERM", "the `SIGNAL`: TERM or KILL (names with or without SIG, or numbers)")
+		return o
+	},
+	run: func(ctx context.Context, e *env, opts any, args []string) error {
+		o := opts.(*killOpts)
+		if len(args) != 1 {
+			return usageError{"kill: give exactly one PID (usage: envctl kill PID [--signal TERM|KILL])"}
+		}
+		pid, err := strconv.ParseUint(args[0], 10, 32)
+		if err != nil || pid == 0 {
+			return usageError{fmt.Sprintf("kill: %q is not a process id", args[0])}
+		}
+		sig, err := parseSignal(o.signal)
+		if err != nil {
+			return err
+		}
+		return e.c.Signal(ctx, client.Selector{PID: uint32(pid)}, sig)
+	},
+}
+
+// parseSignal reads TERM, SIGTERM, 15 and the like. envd itself decides
+// which signals it delivers.
+func parseSignal(s string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil && n > 0 && n < 65 {
+		return syscall.Signal(n), nil
+	}
+	name := strings.TrimPrefix(strings.ToUpper(s), "SIG")
+	if sig, ok := signalNames[name]; ok {
+		return sig, nil
+	}
+	return 0, usageError{fmt.Sprintf("kill: unknown signal %q: use TERM or KILL", s)}
+}
+
+var signalNames = map[string]syscall.Signal{
+	"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "KILL": syscall.SIGKILL,
+	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "TERM": syscall.SIGTERM, "STOP": syscall.SIGSTOP,
+	"CONT": syscall.SIGCONT,
+}
+
+var healthCommand = &command{
+	name:    "health",
+	args:    "",
+	summary: "check that envd answers",
+	run: func(ctx context.Context, e *env, _ any, args []string) error {
+		if len(args) > 0 {
+			return usageError{fmt.Sprintf("health: unexpected argument %q (usage: envctl health)", args[0])}
+		}
+		start := time.Now()
+		if err := e.c.Health(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "ok: envd at %s answered in %v\n", e.c.Target(), time.Since(start).Round(time.Microsecond))
+		return nil
+	},
+}
+
+type metricsOpts struct{ json bool }
+
+var metricsCommand = &command{
+	name:         "metrics",
+	args:         "[--json]",
+	summary:      "show the sandbox's CPU, memory and disk use",
+	interspersed: true,
+	flags: func(fs *flag.FlagSet) any {
+		o := &metricsOpts{}
+		fs.BoolVar(&o.json, "json", false, "print JSON")
+		return o
+	},
+	run: func(ctx context.Context, e *env, opts any, args []string) error {
+		if len(args) > 0 {
+			return usageError{fmt.Sprintf("metrics: unexpected argument %q (usage: envctl metrics [--json])", args[0])}
+		}
+		m, err := e.c.Metrics(ctx)
+		if err != nil {
+			return err
+		}
+		if opts.(*metricsOpts).json {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(m)
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "cpu\t%d cores, %.2f%% used\n", m.CPUCount, m.CPUUsedPercent)
+		fmt.Fprintf(tw, "memory\t%s used of %s (%s cache)\n", bytesText(m.MemUsed), bytesText(m.MemTotal), bytesText(m.MemCache))
+		fmt.Fprintf(tw, "disk\t%s used of %s\n", bytesText(m.DiskUsed), bytesText(m.DiskTotal))
+		fmt.Fprintf(tw, "time\t%s\n", m.Time.UTC().Format(time.RFC3339))
+		return tw.Flush()
+	},
+}
+
+var envsCommand = &command{
+	name:    "envs",
+	args:    "",
+	summary: "show the environment variables envd gives every process",
+	run: func(ctx context.Context, e *env, _ any, args []string) error {
+		if len(args) > 0 {
+			return usageError{fmt.Sprintf("envs: unexpected argument %q (usage: envctl envs)", args[0])}
+		}
+		m, err := e.c.Envs(ctx)
+		if err != nil {
+			return err
+		}
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			fmt.Fprintf(e.stdout, "%s=%s\n", k, m[k])
+		}
+		return nil
+	},
+}
+
+// bytesText prints a size in binary units.
+func bytesText(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

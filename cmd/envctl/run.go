@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/envd-dev/envd/client"
+)
+
+type runOpts struct {
+	pty     bool
+	noStdin bool
+	cwd     string
+	tag     string
+	timeout time.Duration
+	env     envFlag
+}
+
+// envFlag collects repeated --env KEY=VALUE.
+type envFlag map[string]string
+
+func (e *envFlag) String() string { return "" }
+
+func (e *envFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q: want KEY=VALUE", v)
+	}
+	if *e == nil {
+		*e = envFlag{}
+	}
+	(*e)[k] = val
+	return nil
+}
+
+var runCommand = &command{
+	name:    "run",
+	args:    "[--pty] [--cwd DIR] [--env K=V]... [--tag TAG] [--timeout D] [--no-stdin] -- CMD [ARG...]",
+	summary: "run a command in the sandbox, streaming its output; exit with its code",
+	flags: func(fs *flag.FlagSet) any {
+		o := &runOpts{}
+		fs.BoolVar(&o.pty, "pty", false, "run in a pseudo-terminal: an interactive session (raw mode, resize)")
+		fs.BoolVar(&o.noStdin, "no-stdin", false, "give the command /dev/null as stdin instead of envctl's")
+		fs.StringVar(&o.cwd, "cwd", "", "working `DIR` (default: the user's home)")
+		fs.StringVar(&o.tag, "tag", "", "tag the process, for ps")
+		fs.DurationVar(&o.timeout, "timeout", 0, "kill the command after this `DURATION` (default: none)")
+		fs.Var(&o.env, "env", "set an environment variable, `KEY=VALUE` (repeatable)")
+		return o
+	},
+	run: runRun,
+}
+
+func runRun(ctx context.Context, e *env, opts any, args []string) error {
+	o := opts.(*runOpts)
+	if len(args) == 0 {
+		return usageError{"run: no command given (usage: envctl run [flags] -- CMD [ARG...])"}
+	}
+	cmd := client.Command{
+		Name: args[0], Args: args[1:], Env: o.env, Dir: o.cwd, Tag: o.tag,
+		Timeout: o.timeout, Stdin: !o.noStdin,
+		Stdout: e.stdout, Stderr: e.stderr,
+	}
+	var restore func()
+	inFile, inIsFile := e.stdin.(*os.File)
+	if o.pty {
+		size := client.Size{Cols: 80, Rows: 24}
+		if inIsFile && term.IsTerminal(int(inFile.Fd())) {
+			if w, h, err := term.GetSize(int(inFile.Fd())); err == nil {
+				size = client.Size{Cols: uint16(w), Rows: uint16(h)}
+			}
+		}
+		cmd.PTY = &size
+		if cmd.Env == nil {
+			cmd.Env = map[string]string{}
+		}
+		if _, ok := cmd.Env["TERM"]; !ok {
+			t := os.Getenv("TERM")
+			if t == "" || t == "dumb" {
+				t = "xterm-256color"
+			}
+			cmd.Env["TERM"] = t
+		}
+	}
+	// Signals to envctl go to the process: the first INT/TERM/HUP as
+	// SIGTERM, the next as SIGKILL. They are caught before Start so none is
+	// lost; ctx (cancelled by them too) must not stop following the output.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	ctx = context.WithoutCancel(ctx)
+
+	p, err := e.c.Start(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	if o.pty && inIsFile && term.IsTerminal(int(inFile.Fd())) {
+		fd := int(inFile.Fd())
+		st, err := term.MakeRaw(fd)
+		if err != nil {
+			return fmt.Errorf("run: raw mode on the terminal: %w", err)
+		}
+		restore = func() { term.Restore(fd, st) }
+		defer restore()
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+		go func() {
+			for range winch {
+				if w, h, err := term.GetSize(fd); err == nil {
+					p.Resize(ctx, client.Size{Cols: uint16(w), Rows: uint16(h)})
+				}
+			}
+		}()
+	}
+	if cmd.Stdin || o.pty {
+		go func() {
+			// Errors here (the process ended first) show in Wait.
+			if err := p.StreamStdin(ctx, e.stdin); err == nil && !o.pty {
+				p.CloseStdin(ctx)
+			}
+		}()
+	}
+	go func() {
+		sig := syscall.SIGTERM
+		for range sigs {
+			p.Signal(ctx, sig)
+			sig = syscall.SIGKILL
+		}
+	}()
+	exit, err := p.Wait()
+	if err != nil {
+		if errors.Is(err, client.ErrDataLoss) {
+			return fmt.Errorf("%w (envctl read the output too slowly; the process goes on: pid %d)", err, p.PID)
+		}
+		return err
+	}
+	if restore != nil {
+		restore()
+	}
+	if exit.TimedOut {
+		fmt.Fprintf(e.stderr, "envctl: %s ran out of its %v timeout and was killed\n", cmd.Name, o.timeout)
+	}
+	switch {
+	case exit.Signal != 0:
+		return exitError{128 + int(exit.Signal)}
+	case exit.Code < 0 || exit.Code > 255:
+		return exitError{255}
+	case exit.Code != 0:
+		return exitError{exit.Code}
+	}
+	return nil
+}

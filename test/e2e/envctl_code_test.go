@@ -1,0 +1,92 @@
+package e2e_test
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/creack/pty"
+
+	"github.com/envd-dev/envd/client"
+)
+
+// TestEnvctlExecCode runs envctl exec-code against the fake code service
+// (see fakeInterpreter: envd does not serve the native service yet).
+func TestEnvctlExecCode(t *testing.T) {
+	t.Parallel()
+	f := newFakeInterpreter()
+	addr := "--addr=" + serveFake(t, f)
+
+	file := filepath.Join(t.TempDir(), "code.py")
+	os.WriteFile(file, []byte("x = 7\nprint x\nx\n"), 0o644)
+	if r := envctl(t, nil, nil, addr, "exec-code", file); r.code != 0 || r.stdout != "7\n7\n" || r.stderr != "" {
+		t.Errorf("a file: %+v", r)
+	}
+	// The default context keeps x for the next run, from stdin.
+	if r := envctl(t, nil, strings.NewReader("print x\nwarn on stderr"), addr, "exec-code", "-"); r.code != 0 || r.stdout != "7\n" || r.stderr != "on stderr\n" {
+		t.Errorf("stdin: %+v", r)
+	}
+	if r := envctl(t, nil, strings.NewReader("raise ZeroDivisionError: division by zero"), addr, "exec-code"); r.code != 1 || !strings.Contains(r.stderr, "ZeroDivisionError: division by zero") || !strings.Contains(r.stderr, "Traceback") {
+		t.Errorf("an exception: %+v; want exit 1 and the traceback", r)
+	}
+	// Another language has its own default context.
+	if r := envctl(t, nil, strings.NewReader("print x"), addr, "exec-code", "--lang", "javascript"); r.code != 1 || !strings.Contains(r.stderr, "NameError") {
+		t.Errorf("--lang javascript: %+v", r)
+	}
+	c := client.New(client.Options{Addr: strings.TrimPrefix(addr, "--addr=")})
+	defer c.Close()
+	cc, err := c.CreateContext(context.Background(), client.ContextOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := envctl(t, nil, strings.NewReader("y = mine\ny"), addr, "exec-code", "--context", cc.ID); r.code != 0 || r.stdout != "mine\n" {
+		t.Errorf("--context: %+v", r)
+	}
+	oneErrorLine(t, envctl(t, nil, strings.NewReader("1"), addr, "exec-code", "--context", "no-such-context"), "not found")
+
+	t.Run("interactive prompt keeps state", func(t *testing.T) {
+		cmd := exec.Command(envctlBin(t), addr, "exec-code")
+		cmd.Env = ctlEnv()
+		tty, err := pty.Start(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tty.Close()
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
+		})
+		var screen syncBuffer
+		go io.Copy(&screen, tty)
+		eventually(t, "the prompt", func() bool { return strings.Contains(screen.String(), ">>> ") })
+		io.WriteString(tty, "a = first\n")
+		io.WriteString(tty, "b = second\n")
+		io.WriteString(tty, "print a\n")
+		eventually(t, "a", func() bool { return strings.Contains(screen.String(), "first\r\n") })
+		io.WriteString(tty, "b\n")
+		eventually(t, "b", func() bool { return strings.Contains(screen.String(), "second\r\n") })
+		io.WriteString(tty, "print nothing\n")
+		eventually(t, "the error", func() bool { return strings.Contains(screen.String(), "NameError") })
+		// A Ctrl-C while code runs interrupts it, not envctl.
+		io.WriteString(tty, "sleep 10s\n")
+		eventually(t, "the sleep to run", func() bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.contexts["default-python"].interrupt != nil
+		})
+		io.WriteString(tty, "\x03")
+		eventually(t, "the interrupt", func() bool { return strings.Contains(screen.String(), "KeyboardInterrupt") })
+		io.WriteString(tty, "print a\n")
+		eventually(t, "a again", func() bool { return strings.Count(screen.String(), "first\r\n") == 2 })
+		io.WriteString(tty, "\x04") // Ctrl-D
+		if code := waitExit(t, cmd); code != 0 {
+			t.Errorf("exit %d after Ctrl-D; screen:\n%s", code, screen.String())
+		}
+	})
+}

@@ -1,0 +1,576 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+)
+
+// envctl is built once, beside envdBin (removed with it), with -race when
+// these tests run with it.
+var (
+	envctlOnce sync.Once
+	envctlPath string
+	envctlErr  error
+)
+
+func envctlBin(t *testing.T) string {
+	t.Helper()
+	envctlOnce.Do(func() {
+		envctlPath = filepath.Join(filepath.Dir(envdBin), "envctl")
+		args := []string{"build", "-o", envctlPath}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "github.com/envd-dev/envd/cmd/envctl")...).CombinedOutput()
+		if err != nil {
+			envctlErr = fmt.Errorf("build envctl: %v\n%s", err, out)
+		}
+	})
+	if envctlErr != nil {
+		t.Fatal(envctlErr)
+	}
+	return envctlPath
+}
+
+// ctlResult is what one envctl run did.
+type ctlResult struct {
+	stdout, stderr string
+	code           int
+}
+
+// ctlEnv is the environment envctl runs with: no ENVD_* or ENVCTL_*
+// variables but extra. A -race build sleeps 1 s at exit by default, for
+// reports to finish; envctl's goroutines are done by then.
+func ctlEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range cleanEnv() {
+		if !strings.HasPrefix(kv, "ENVCTL_") && !strings.HasPrefix(kv, "GORACE=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "GORACE=atexit_sleep_ms=50 "+os.Getenv("GORACE"))
+	return append(env, extra...)
+}
+
+// envctl runs the binary to its end with stdin (nil: /dev/null).
+func envctl(t *testing.T, env []string, stdin io.Reader, args ...string) ctlResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, envctlBin(t), args...)
+	cmd.Env = ctlEnv(env...)
+	cmd.Stdin = stdin
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("envctl %q: %v", args, err)
+	}
+	if strings.Contains(errb.String(), "WARNING: DATA RACE") {
+		t.Errorf("envctl %q reported a data race:\n%s", args, errb.String())
+	}
+	return ctlResult{stdout: out.String(), stderr: errb.String(), code: cmd.ProcessState.ExitCode()}
+}
+
+// startCtl starts envctl without waiting for it.
+func startCtl(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(envctlBin(t), args...)
+	cmd.Env = ctlEnv()
+	var out, errb syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return cmd, &out, &errb
+}
+
+// waitExit waits for a started envctl and returns its exit code.
+func waitExit(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(requestTimeout):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("envctl %q still running after %v", cmd.Args[1:], requestTimeout)
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(requestTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// oneErrorLine checks that r failed the way envctl reports errors: exit 1,
+// nothing on stdout, one line "envctl: ..." on stderr containing want.
+func oneErrorLine(t *testing.T, r ctlResult, want string) {
+	t.Helper()
+	if r.code != 1 || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "envctl: ") || !strings.Contains(r.stderr, want) {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit 1 and one line containing %q", r.code, r.stdout, r.stderr, want)
+	}
+}
+
+func TestEnvctlRun(t *testing.T) {
+	t.Parallel()
+	e := startEnvd(t, startOptions{})
+	addr := "--addr=" + e.url
+	tests := []struct {
+		name     string
+		stdin    string
+		args     []string
+		code     int
+		stdout   string
+		stderr   string
+		inStderr string
+	}{
+		{name: "exit 0", args: []string{"--", "/bin/sh", "-c", "echo out; echo err >&2"}, stdout: "out\n", stderr: "err\n"},
+		{name: "exit 3", args: []string{"--", "/bin/sh", "-c", "echo three; exit 3"}, code: 3, stdout: "three\n"},
+		{name: "SIGKILL", args: []string{"--", "/bin/sh", "-c", "kill -KILL $$"}, code: 128 + 9},
+		{name: "SIGTERM", args: []string{"--", "/bin/sh", "-c", "kill -TERM $$"}, code: 128 + 15},
+		{name: "without --", args: []string{"echo", "-n", "plain"}, stdout: "plain"},
+		{name: "stdin", stdin: "line one\nline two\n", args: []string{"--", "wc", "-l"}, stdout: "2\n"},
+		{name: "no stdin", stdin: "ignored\n", args: []string{"--no-stdin", "--", "wc", "-c"}, stdout: "0\n"},
+		{name: "env and cwd", args: []string{"--env", "A=1", "--env=B=two words", "--cwd", "/tmp", "--", "/bin/sh", "-c", "echo $A $B; pwd"}, stdout: "1 two words\n/tmp\n"},
+		{name: "timeout", args: []string{"--timeout", "300ms", "--", "sleep", "30"}, code: 128 + 9, inStderr: "ran out of its 300ms timeout"},
+		{name: "big output", args: []string{"--", "/bin/sh", "-c", "seq 1 200000 | tail -n 1; head -c 20000000 /dev/zero | wc -c"}, stdout: "200000\n20000000\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var in io.Reader
+			if tt.stdin != "" {
+				in = strings.NewReader(tt.stdin)
+			}
+			r := envctl(t, nil, in, append([]string{addr, "run"}, tt.args...)...)
+			if r.code != tt.code || r.stdout != tt.stdout || (tt.inStderr == "" && r.stderr != tt.stderr) || !strings.Contains(r.stderr, tt.inStderr) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr, tt.code, tt.stdout, tt.stderr+tt.inStderr)
+			}
+		})
+	}
+	t.Run("missing program", func(t *testing.T) {
+		t.Parallel()
+		oneErrorLine(t, envctl(t, nil, nil, addr, "run", "--", "/no/such/program"), "no such file or directory")
+	})
+	t.Run("a signal to envctl goes to the process", func(t *testing.T) {
+		t.Parallel()
+		cmd, out, _ := startCtl(t, addr, "run", "--", "/bin/sh", "-c", "echo ready; exec sleep 30")
+		eventually(t, "the process to start", func() bool { return out.String() == "ready\n" })
+		cmd.Process.Signal(syscall.SIGINT)
+		if code := waitExit(t, cmd); code != 128+15 {
+			t.Errorf("envctl run after SIGINT: exit %d, want %d (the process got SIGTERM)", code, 128+15)
+		}
+	})
+}
+
+// TestEnvctlPTY runs an interactive shell through envctl --pty, with
+// envctl itself on a terminal of ours.
+func TestEnvctlPTY(t *testing.T) {
+	t.Parallel()
+	e := startEnvd(t, startOptions{})
+	cmd := exec.Command(envctlBin(t), "--addr", e.url, "run", "--pty", "--env", "PS1=$ ", "--", "/bin/sh")
+	cmd.Env = ctlEnv("TERM=xterm")
+	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 90, Rows: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	var screen syncBuffer
+	go io.Copy(&screen, tty)
+	type_ := func(s string) {
+		if _, err := io.WriteString(tty, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type_("stty size; echo term=$TERM\n")
+	eventually(t, "stty size 20 90", func() bool {
+		return strings.Contains(screen.String(), "20 90") && strings.Contains(screen.String(), "term=xterm")
+	})
+	// A resize of envctl's terminal reaches the remote one.
+	if err := pty.Setsize(tty, &pty.Winsize{Cols: 132, Rows: 43}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the resize", func() bool {
+		type_("stty size\n")
+		time.Sleep(100 * time.Millisecond)
+		return strings.Contains(screen.String(), "43 132")
+	})
+	// Raw mode: Ctrl-C goes to the remote shell, not to envctl.
+	type_("sleep 30\n")
+	time.Sleep(200 * time.Millisecond)
+	type_("\x03")
+	type_("echo still here; exit 4\n")
+	if code := waitExit(t, cmd); code != 4 {
+		t.Errorf("exit %d, want 4; screen:\n%s", code, screen.String())
+	}
+	if !strings.Contains(screen.String(), "still here") {
+		t.Errorf("screen:\n%s", screen.String())
+	}
+}
+
+// sparseFile makes a file of size bytes fast: a hole with some data at a
+// few offsets, so that a copy that drops or moves a chunk changes the sum.
+func sparseFile(t *testing.T, path string, size int64) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{0, 4096, size / 3, size/2 + 7, size - 5} {
+		mark := []byte(fmt.Sprintf("@%d@", off))
+		if _, err := f.WriteAt(mark[:min(int64(len(mark)), size-off)], off); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func fileSum(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.CopyBuffer(h, f, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// TestEnvctlCopyGiB copies a 1 GiB file into the sandbox and back out with
+// envctl cp; all three copies have the same sha256.
+func TestEnvctlCopyGiB(t *testing.T) {
+	t.Parallel()
+	e := startEnvd(t, startOptions{args: []string{"-default-user", "root"}})
+	dir := t.TempDir()
+	src, back := filepath.Join(dir, "src.bin"), filepath.Join(dir, "back.bin")
+	remote := filepath.Join(dir, "in-sandbox", "copy.bin")
+	sparseFile(t, src, 1<<30)
+
+	start := time.Now()
+	if r := envctl(t, nil, nil, "--addr", e.url, "cp", src, "envd:"+remote); r.code != 0 || r.stdout != "" || r.stderr != "" {
+		t.Fatalf("cp in: %+v", r)
+	}
+	t.Logf("cp of 1 GiB into the sandbox: %v", time.Since(start))
+	start = time.Now()
+	if r := envctl(t, nil, nil, "--unix", e.sock, "cp", "envd:"+remote, back); r.code != 0 || r.stdout != "" || r.stderr != "" {
+		t.Fatalf("cp out: %+v", r)
+	}
+	t.Logf("cp of 1 GiB out of the sandbox: %v", time.Since(start))
+	want := fileSum(t, src)
+	for _, p := range []string{remote, back} {
+		if fi, err := os.Stat(p); err != nil || fi.Size() != 1<<30 {
+			t.Fatalf("%s: %v, %v", p, fi, err)
+		}
+		if got := fileSum(t, p); got != want {
+			t.Errorf("sha256 of %s %s, want %s", p, got, want)
+		}
+	}
+	// No temporary file is left beside the download.
+	if ents, _ := os.ReadDir(dir); len(ents) != 3 {
+		t.Errorf("%s holds %d entries, want 3 (src, back, in-sandbox)", dir, len(ents))
+	}
+}
+
+func TestEnvctlCopy(t *testing.T) {
+	t.Parallel()
+	e := startEnvd(t, startOptions{args: []string{"-default-user", "root"}})
+	addr := "--addr=" + e.url
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("alpha\n"), 0o644)
+	os.Mkdir(filepath.Join(dir, "remote"), 0o755)
+	os.Mkdir(filepath.Join(dir, "local"), 0o755)
+
+	// Into a directory (existing, or written with a trailing slash), the
+	// file keeps its name, as with cp.
+	for _, dst := range []string{"envd:" + dir + "/remote", "envd:" + dir + "/new/"} {
+		if r := envctl(t, nil, nil, addr, "cp", filepath.Join(dir, "a.txt"), dst); r.code != 0 {
+			t.Fatalf("cp to %s: %+v", dst, r)
+		}
+	}
+	for _, p := range []string{"remote/a.txt", "new/a.txt"} {
+		if b, _ := os.ReadFile(filepath.Join(dir, p)); string(b) != "alpha\n" {
+			t.Errorf("%s: %q", p, b)
+		}
+	}
+	if r := envctl(t, nil, nil, addr, "cp", "envd:"+dir+"/remote/a.txt", dir+"/local"); r.code != 0 {
+		t.Fatalf("cp to a local dir: %+v", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "local/a.txt")); string(b) != "alpha\n" {
+		t.Errorf("local/a.txt: %q", b)
+	}
+	// stdin and stdout.
+	if r := envctl(t, nil, strings.NewReader("from stdin"), addr, "cp", "-", "envd:"+dir+"/stdin.txt"); r.code != 0 {
+		t.Fatalf("cp from stdin: %+v", r)
+	}
+	if r := envctl(t, nil, nil, addr, "cp", "envd:"+dir+"/stdin.txt", "-"); r.code != 0 || r.stdout != "from stdin" {
+		t.Errorf("cp to stdout: %+v", r)
+	}
+	// On a terminal, a progress bar goes to stderr; stdout stays clean.
+	t.Run("progress bar", func(t *testing.T) {
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ptmx.Close()
+		defer tty.Close()
+		var bar syncBuffer
+		go io.Copy(&bar, ptmx)
+		sparseFile(t, filepath.Join(dir, "big"), 64<<20)
+		cmd := exec.Command(envctlBin(t), addr, "cp", filepath.Join(dir, "big"), "envd:"+dir+"/big-copy")
+		cmd.Env = ctlEnv()
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, tty
+		if err := cmd.Run(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the progress bar", func() bool { return strings.Contains(bar.String(), "100.0%") })
+		if out.Len() != 0 || !strings.Contains(bar.String(), "upload big [") || !strings.Contains(bar.String(), "64.0 MiB") {
+			t.Errorf("stdout %q, terminal %q", out.String(), bar.String())
+		}
+	})
+}
+
+func TestEnvctlFiles(t *testing.T) {
+	t.Parallel()
+	e := startEnvd(t, startOptions{args: []string{"-default-user", "root"}})
+	addr := "--addr=" + e.url
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "d", "e"), 0o755)
+	os.WriteFile(filepath.Join(dir, "d", "f.txt"), []byte("contents of f\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "g.txt"), []byte("g\n"), 0o600)
+
+	t.Run("ls", func(t *testing.T) {
+		r := envctl(t, nil, nil, addr, "ls", dir)
+		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+		if r.code != 0 || len(lines) != 2 || !regexp.MustCompile(`^drwxr-xr-x root root +\d+ \d{4}-\d\d-\d\d \d\d:\d\d d/$`).MatchString(lines[0]) ||
+			!regexp.MustCompile(`^-rw------- root root +2 .* g\.txt$`).MatchString(lines[1]) {
+			t.Errorf("ls: %+v", r)
+		}
+		r = envctl(t, nil, nil, addr, "ls", "--depth", "3", dir)
+		var names []string
+		for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+			f := strings.Fields(l)
+			names = append(names, f[len(f)-1])
+		}
+		if r.code != 0 || strings.Join(names, " ") != "d/ d/e/ d/f.txt g.txt" {
+			t.Errorf("ls --depth 3: %v (%+v)", names, r)
+		}
+		if r := envctl(t, nil, nil, addr, "ls", dir+"/g.txt"); r.code != 0 || !strings.HasSuffix(r.stdout, " g.txt\n") {
+			t.Errorf("ls of a file: %+v", r)
+		}
+	})
+	t.Run("cat", func(t *testing.T) {
+		r := envctl(t, nil, nil, addr, "cat", dir+"/d/f.txt", dir+"/g.txt")
+		if r.code != 0 || r.stdout != "contents of f\ng\n" || r.stderr != "" {
+			t.Errorf("cat: %+v", r)
+		}
+	})
+	t.Run("ps and kill", func(t *testing.T) {
+		run, _, _ := startCtl(t, addr, "run", "--tag", "sleeper", "--", "sleep", "30")
+		var pid string
+		eventually(t, "ps to show the sleeper", func() bool {
+			r := envctl(t, nil, nil, addr, "ps")
+			for _, l := range strings.Split(r.stdout, "\n") {
+				if f := strings.Fields(l); len(f) == 4 && f[1] == "sleeper" && f[2] == "sleep" && f[3] == "30" {
+					pid = f[0]
+					return strings.HasPrefix(r.stdout, "PID")
+				}
+			}
+			return false
+		})
+		if r := envctl(t, nil, nil, addr, "kill", pid, "--signal", "KILL"); r.code != 0 || r.stdout != "" || r.stderr != "" {
+			t.Errorf("kill: %+v", r)
+		}
+		if code := waitExit(t, run); code != 128+9 {
+			t.Errorf("envctl run of the killed process: exit %d, want %d", code, 128+9)
+		}
+		oneErrorLine(t, envctl(t, nil, nil, addr, "kill", pid), "not found")
+	})
+	t.Run("watch", func(t *testing.T) {
+		wdir := filepath.Join(dir, "watched")
+		os.MkdirAll(filepath.Join(wdir, "sub"), 0o755)
+		cmd, out, errb := startCtl(t, addr, "watch", "--recursive", wdir)
+		eventually(t, "the watch to start", func() bool { return strings.Contains(errb.String(), "watching "+wdir) })
+		os.WriteFile(filepath.Join(wdir, "sub", "n.txt"), []byte("n"), 0o644)
+		os.Remove(filepath.Join(wdir, "sub", "n.txt"))
+		os.Mkdir(filepath.Join(wdir, "new"), 0o755)
+		want := "create sub/n.txt\nwrite  sub/n.txt\nremove sub/n.txt\ncreate new\n"
+		eventually(t, "the events", func() bool { return out.String() == want })
+		cmd.Process.Signal(syscall.SIGINT)
+		if code := waitExit(t, cmd); code != 0 {
+			t.Errorf("watch after SIGINT: exit %d, want 0; stderr %q", code, errb.String())
+		}
+	})
+	t.Run("health and metrics", func(t *testing.T) {
+		if r := envctl(t, nil, nil, addr, "health"); r.code != 0 || !strings.HasPrefix(r.stdout, "ok: envd at tcp 127.0.0.1:") {
+			t.Errorf("health: %+v", r)
+		}
+		if r := envctl(t, nil, nil, addr, "metrics"); r.code != 0 || !regexp.MustCompile(`(?m)^cpu +\d+ cores, [\d.]+% used$`).MatchString(r.stdout) || !strings.Contains(r.stdout, "memory") {
+			t.Errorf("metrics: %+v", r)
+		}
+		if r := envctl(t, nil, nil, addr, "metrics", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"CPUCount"`) {
+			t.Errorf("metrics --json: %+v", r)
+		}
+		if r := envctl(t, nil, nil, addr, "envs"); r.code != 0 || !strings.Contains(r.stdout, "E2B_SANDBOX=") {
+			t.Errorf("envs: %+v", r)
+		}
+	})
+}
+
+// TestEnvctlTransports reaches envd through each transport flag and the
+// environment.
+func TestEnvctlTransports(t *testing.T) {
+	t.Parallel()
+	e := startEnvd(t, startOptions{args: []string{"-access-token", "tok"}})
+	fc := fcListener(t, 49983, func() (net.Conn, error) { return net.Dial("unix", e.sock) })
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"--addr", nil, []string{"--addr", e.url, "--token", "tok"}},
+		{"--unix", nil, []string{"--unix", e.sock, "--token=tok"}},
+		{"--fc-uds", nil, []string{"--fc-uds", fc + ":49983", "--token", "tok"}},
+		{"flags after the command", nil, []string{"run", "--fc-uds", fc + ":49983", "--token", "tok"}},
+		{"environment", []string{"ENVCTL_UNIX=" + e.sock, "ENVCTL_TOKEN=tok", "ENVCTL_USER=root"}, nil},
+		{"a flag beats the environment", []string{"ENVCTL_ADDR=http://127.0.0.1:1", "ENVCTL_TOKEN=tok"}, []string{"--unix", e.sock}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			args := tt.args
+			if len(args) == 0 || args[0] != "run" {
+				args = append(args, "run")
+			}
+			args = append(args, "--", "/bin/sh", "-c", "echo via $0; exit 7", tt.name)
+			r := envctl(t, tt.env, nil, args...)
+			if r.code != 7 || r.stdout != "via "+tt.name+"\n" {
+				t.Errorf("%+v; want exit 7 and the greeting", r)
+			}
+		})
+	}
+	t.Run("no token", func(t *testing.T) {
+		t.Parallel()
+		oneErrorLine(t, envctl(t, nil, nil, "--unix", e.sock, "ps"), "unauthenticated")
+	})
+}
+
+// TestEnvctlBadInput: every mistake is one line on stderr and exit 1, and
+// envd is left serving.
+func TestEnvctlBadInput(t *testing.T) {
+	t.Parallel()
+	e := startEnvd(t, startOptions{args: []string{"-default-user", "root"}})
+	addr := "--addr=" + e.url
+	unreachable := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"no command", nil, nil, "no command given"},
+		{"unknown command", nil, []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"unknown global flag", nil, []string{"--frob", "ps"}, "flag provided but not defined: -frob"},
+		{"unknown command flag", nil, []string{addr, "ps", "--frob"}, "flag provided but not defined: -frob"},
+		{"run without a command", nil, []string{addr, "run"}, "run: no command given"},
+		{"run with a bad timeout", nil, []string{addr, "run", "--timeout", "soon", "--", "true"}, `invalid value "soon"`},
+		{"run with a bad env", nil, []string{addr, "run", "--env", "NOEQUALS", "--", "true"}, "want KEY=VALUE"},
+		{"ps with an argument", nil, []string{addr, "ps", "x"}, `ps: unexpected argument "x"`},
+		{"kill without a pid", nil, []string{addr, "kill"}, "kill: give exactly one PID"},
+		{"kill with a bad pid", nil, []string{addr, "kill", "abc"}, `"abc" is not a process id`},
+		{"kill with a bad signal", nil, []string{addr, "kill", "1", "--signal", "BOGUS"}, `unknown signal "BOGUS"`},
+		{"kill a missing process", nil, []string{addr, "kill", "999999999"}, "not found"},
+		{"ls of a missing path", nil, []string{addr, "ls", "/no/such/dir"}, "not found"},
+		{"ls with a bad depth", nil, []string{addr, "ls", "--depth", "0", "/tmp"}, "--depth 0"},
+		{"ls with two paths", nil, []string{addr, "ls", "/a", "/b"}, "at most one PATH"},
+		{"cat without a path", nil, []string{addr, "cat"}, "cat: no PATH given"},
+		{"cat of a missing file", nil, []string{addr, "cat", "/no/such/file"}, "path '/no/such/file' does not exist"},
+		{"cat of a directory", nil, []string{addr, "cat", "/tmp"}, "is a directory"},
+		{"cp with one argument", nil, []string{addr, "cp", "a"}, "cp: give SRC and DST"},
+		{"cp local to local", nil, []string{addr, "cp", "a", "b"}, "neither SRC nor DST is in the sandbox"},
+		{"cp remote to remote", nil, []string{addr, "cp", "envd:/a", "envd:/b"}, "both SRC and DST are in the sandbox"},
+		{"cp of a missing local file", nil, []string{addr, "cp", "/no/such/local", "envd:/tmp/x"}, "no such file or directory"},
+		{"cp of a missing remote file", nil, []string{addr, "cp", "envd:/no/such/remote", "/tmp/x"}, "path '/no/such/remote' does not exist"},
+		{"cp into a missing local dir", nil, []string{addr, "cp", "envd:/etc/hostname", "/no/such/dir/"}, "does not exist"},
+		{"cp of a local dir", nil, []string{addr, "cp", "/tmp", "envd:/tmp/x"}, "is a directory"},
+		{"watch without a path", nil, []string{addr, "watch"}, "watch: give one PATH"},
+		{"watch of a missing dir", nil, []string{addr, "watch", "/no/such/dir"}, "not found"},
+		{"exec-code with two files", nil, []string{addr, "exec-code", "a", "b"}, "at most one FILE"},
+		{"exec-code with --lang and --context", nil, []string{addr, "exec-code", "--lang", "python", "--context", "x"}, "not both"},
+		{"exec-code of a missing file", nil, []string{addr, "exec-code", "/no/such/code.py"}, "no such file or directory"},
+		{"metrics with an argument", nil, []string{addr, "metrics", "x"}, "unexpected argument"},
+		{"bad --vsock", nil, []string{"--vsock", "three:49983", "health"}, `--vsock "three:49983": want CID:PORT`},
+		{"--vsock without a port", nil, []string{"--vsock", "3", "health"}, "want CID:PORT"},
+		{"bad --fc-uds", nil, []string{"--fc-uds", "/tmp/v.sock", "health"}, "want PATH:PORT"},
+		{"two transports", nil, []string{addr, "--unix", e.sock, "health"}, "give one of --addr, --unix"},
+		{"two transports in the environment", []string{"ENVCTL_ADDR=" + e.url, "ENVCTL_UNIX=" + e.sock}, []string{"health"}, "ENVCTL_ADDR, ENVCTL_UNIX"},
+		{"unreachable address", nil, []string{"--addr", unreachable, "health"}, "cannot reach envd at tcp 127.0.0.1:"},
+		{"unreachable address on run", nil, []string{"--addr", unreachable, "run", "--", "true"}, "connection refused"},
+		{"missing unix socket", nil, []string{"--unix", "/no/such.sock", "ps"}, "cannot reach envd at unix /no/such.sock: no such file or directory"},
+		{"missing Firecracker socket", nil, []string{"--fc-uds", "/no/such.sock:52", "ps"}, "cannot reach envd at firecracker vsock /no/such.sock port 52"},
+		{"unknown user", nil, []string{addr, "--user", "nobody-at-all", "run", "--", "true"}, "nobody-at-all"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			oneErrorLine(t, envctl(t, tt.env, nil, tt.args...), tt.want)
+		})
+	}
+	if !e.alive() {
+		t.Fatalf("envd exited: %v", e.err)
+	}
+	if r := envctl(t, nil, nil, addr, "help"); r.code != 0 || !strings.Contains(r.stdout, "usage: envctl") {
+		t.Errorf("help: %+v", r)
+	}
+	if r := envctl(t, nil, nil, "help", "cp"); r.code != 0 || !strings.Contains(r.stdout, "usage: envctl cp SRC DST") {
+		t.Errorf("help cp: %+v", r)
+	}
+	if r := envctl(t, nil, nil, "run", "--help"); r.code != 0 || !strings.Contains(r.stdout, "-pty") {
+		t.Errorf("run --help: %+v", r)
+	}
+}
