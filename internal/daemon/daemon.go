@@ -47,6 +47,12 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// Ready, if set, is called once every listener is open.
 	Ready func()
+	// JupyterURL and JupyterToken use an existing Jupyter server instead of
+	// starting one. "": start our own.
+	JupyterURL, JupyterToken string
+	// JupyterAsRoot runs Jupyter and its kernels as root; by default (envd
+	// being root) they run as the default user.
+	JupyterAsRoot bool
 }
 
 // Run runs envd until ctx ends, then shuts down in order: stop accepting,
@@ -88,13 +94,26 @@ func Run(ctx context.Context, cfg Config) error {
 		{Pattern: filesPath, Handler: filesHandler},
 	}
 	routes = append(routes, httpapi.New(api).Routes()...)
+	code, err := newCodeExec(cfg, log, defs)
+	if err != nil {
+		return err
+	}
+	defer code.cleanup()
+	routes = append(routes, code.routes()...)
 	h, err := server.New(server.Options{Logger: log, Token: token, Routes: routes})
 	if err != nil {
 		return fmt.Errorf("build routes: %w", err)
 	}
 
+	codeLn, codeH, err := code.listenCodePort(cfg, log, token)
+	if err != nil {
+		return err
+	}
 	lns, err := listen(cfg)
 	if err != nil {
+		if codeLn != nil {
+			codeLn.Close()
+		}
 		return err
 	}
 	base, cancelStreams := context.WithCancel(context.WithoutCancel(ctx))
@@ -104,6 +123,11 @@ func Run(ctx context.Context, cfg Config) error {
 		srvs = append(srvs, server.Serve(base, ln, h, log))
 		log.Info("listening", "addr", ln.Addr().String())
 	}
+	if codeLn != nil {
+		srvs = append(srvs, server.Serve(base, codeLn, codeH, log))
+		log.Info("listening for the code-interpreter API", "addr", codeLn.Addr().String())
+	}
+	code.start()
 	log.Info("envd started", "version", Version, "default_user", user, "pid", os.Getpid(), "token", token.IsSet())
 	if cfg.Ready != nil {
 		cfg.Ready()
@@ -126,6 +150,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// orphans reparented to it, which get SIGTERM as soon as they appear.
 	deadline := time.Now().Add(cfg.ShutdownGrace)
 	gctx, cancel := context.WithDeadline(context.Background(), deadline)
+	code.stop(gctx)
 	childrenDone := make(chan struct{})
 	go func() {
 		defer close(childrenDone)

@@ -271,6 +271,12 @@ func classify(op string, status int, body []byte) error {
 	return &HTTPError{Op: op, Status: status, Body: string(body)}
 }
 
+// Err reports why the client's server is gone: ErrServerRestarted once the
+// supervisor runs a newer generation, ErrStopped once it was stopped; nil
+// while the server is the live one (and always for a client from NewClient).
+// A Kernel connected through a stale client can never work again.
+func (c *Client) Err() error { return c.staleErr() }
+
 func (c *Client) staleErr() error {
 	if c.stale == nil {
 		return nil

@@ -117,7 +117,10 @@ function logSize() {
 /**
  * Start envd on a free port and point the SDK at it. Resolves once
  * GET /health answers 204. `opts.args` are extra flags (e.g. ['-default-user', 'root']).
- * Returns { url, port, logPath, pid }.
+ * With `opts.jupyter`, envd runs with Jupyter (no -no-jupyter) and its
+ * code-interpreter API also on a free code port, and this resolves once that
+ * port's GET /health answers 200 (the default Python context exists).
+ * Returns { url, port, logPath, pid, codeUrl }.
  */
 export async function startEnvd(opts = {}) {
   if (envd) throw new Error('envd already started; call stopEnvd() first')
@@ -126,7 +129,10 @@ export async function startEnvd(opts = {}) {
   const url = `http://127.0.0.1:${port}`
   const logPath = path.join(tempDir(), `envd-${port}.log`)
   const logFd = fs.openSync(logPath, 'a')
-  const args = ['-host', '127.0.0.1', '-port', String(port), '-code-port', '0', '-no-jupyter']
+  const codePort = opts.jupyter ? await freePort() : 0
+  const codeUrl = opts.jupyter ? `http://127.0.0.1:${codePort}` : undefined
+  const args = ['-host', '127.0.0.1', '-port', String(port), '-code-port', String(codePort)]
+  if (!opts.jupyter) args.push('-no-jupyter')
   args.push('-log-level', process.env.ENVD_LOG_LEVEL || 'debug', ...(opts.args ?? []))
 
   const child = spawn(bin, args, { stdio: ['ignore', logFd, logFd], env: { ...process.env, ...opts.env } })
@@ -142,7 +148,9 @@ export async function startEnvd(opts = {}) {
   process.env.E2B_DEBUG = 'true'
   process.env.E2B_SANDBOX_URL = url
 
-  const deadline = Date.now() + START_TIMEOUT_MS
+  const deadline = Date.now() + (opts.jupyter ? Math.max(START_TIMEOUT_MS, 120000) : START_TIMEOUT_MS)
+  const probe = opts.jupyter ? `${codeUrl}/health` : `${url}/health`
+  const healthy = opts.jupyter ? 200 : 204
   let last = 'no answer'
   let status
   while (Date.now() < deadline) {
@@ -153,11 +161,11 @@ export async function startEnvd(opts = {}) {
       throw new Error(`envd exited during startup (${what}): ${bin} ${args.join(' ')}\n--- ${logPath}\n${tail(readLogAt(logPath))}`)
     }
     try {
-      const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(1000) })
+      const res = await fetch(probe, { signal: AbortSignal.timeout(1000) })
       status = res.status
-      await res.arrayBuffer()
-      if (status === 204) return { url, port, logPath, pid: child.pid }
-      last = `HTTP ${status}`
+      const body = await res.text()
+      if (status === healthy) return { url, port, logPath, pid: child.pid, codeUrl }
+      last = `HTTP ${status} ${body}`.trim()
     } catch (err) {
       last = err.cause?.code ?? err.message
     }
@@ -168,7 +176,7 @@ export async function startEnvd(opts = {}) {
   await envd.exited
   const log = readLog()
   envd = undefined
-  throw new Error(`envd did not answer GET /health with 204 within ${START_TIMEOUT_MS} ms (last: ${last}): ${info}\n--- ${logPath}\n${tail(log)}`)
+  throw new Error(`envd did not answer GET ${probe} with ${healthy} in time (last: ${last}): ${info}\n--- ${logPath}\n${tail(log)}`)
 }
 
 function readLogAt(p) {

@@ -1,0 +1,159 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/envd-dev/envd/internal/auth"
+	"github.com/envd-dev/envd/internal/defaults"
+	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/jupyter/startup"
+	"github.com/envd-dev/envd/internal/server"
+)
+
+// codeExec is stateful code execution: the supervised Jupyter server, the
+// engine on top of it and its HTTP API. With -no-jupyter only the API
+// exists, answering 503.
+type codeExec struct {
+	log        *slog.Logger
+	sup        *jupyter.Supervisor // nil with -no-jupyter
+	eng        *interpreter.Engine // nil with -no-jupyter
+	api        *interpreter.HTTP
+	startupDir string // kernel-side startup files, removed at stop
+}
+
+func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeExec, error) {
+	c := &codeExec{log: log}
+	if cfg.NoJupyter {
+		c.api = interpreter.NewHTTP(nil, interpreter.HTTPOptions{Logger: log})
+		return c, nil
+	}
+	// Kernels run as the default user when envd is root, unless asked
+	// otherwise; as envd's own account else.
+	var runAs *identity.User
+	if os.Geteuid() == 0 && !cfg.JupyterAsRoot {
+		u, err := defs.User()
+		if err != nil {
+			return nil, fmt.Errorf("jupyter user: %w", err)
+		}
+		runAs = u
+	}
+	dir, err := os.MkdirTemp("", "envd-kernel-startup-")
+	if err != nil {
+		return nil, fmt.Errorf("kernel startup files: %w", err)
+	}
+	c.startupDir = dir
+	layout, err := startup.Install(dir)
+	if err == nil {
+		// IPython ignores a profile it cannot write to (history, caches),
+		// and with it our startup files: the kernels' user owns the tree.
+		err = chownTree(dir, runAs)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("kernel startup files: %w", err)
+	}
+	sopts := jupyter.Options{Env: layout.Env(), Logger: log, URL: cfg.JupyterURL, Token: cfg.JupyterToken}
+	if runAs != nil {
+		sopts.RunAs = &jupyter.User{UID: runAs.UID, GID: runAs.GID, Groups: runAs.Groups, Home: runAs.Home, Name: runAs.Name}
+	}
+	c.sup = jupyter.New(sopts)
+	c.eng = interpreter.New(interpreter.Options{
+		Supervisor: c.sup,
+		RunAs:      runAs,
+		DefaultCwd: func() string {
+			if w := defs.Workdir(); w != "" {
+				return w
+			}
+			if u, err := defs.User(); err == nil {
+				return u.Home
+			}
+			return ""
+		},
+		GlobalEnv: defs.Env,
+		Logger:    log,
+	})
+	c.api = interpreter.NewHTTP(c.eng, interpreter.HTTPOptions{Logger: log})
+	return c, nil
+}
+
+// chownTree gives the tree at dir to u (nothing if u is nil) and lets
+// everyone traverse its root.
+func chownTree(dir string, u *identity.User) error {
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	if u == nil {
+		return nil
+	}
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(u.UID), int(u.GID))
+	})
+}
+
+// routes are the code API's routes for envd's main port.
+func (c *codeExec) routes() []server.Route { return c.api.Routes() }
+
+// start starts Jupyter and the engine in the background: the main port is
+// already listening, and /execute waits for them.
+func (c *codeExec) start() {
+	if c.sup == nil {
+		return
+	}
+	go func() {
+		if err := c.sup.Start(context.Background()); err != nil {
+			c.log.Warn("jupyter server did not start; retrying in the background", "error", err)
+		}
+	}()
+	c.eng.Start()
+}
+
+// listenCodePort serves the code API, with its own /health, on the code
+// port (0: none).
+func (c *codeExec) listenCodePort(cfg Config, log *slog.Logger, token *auth.Token) (net.Listener, http.Handler, error) {
+	if cfg.CodePort == 0 {
+		return nil, nil, nil
+	}
+	routes := append(c.api.Routes(), c.api.HealthRoute())
+	h, err := server.New(server.Options{Logger: log, Token: token, Routes: routes})
+	if err != nil {
+		return nil, nil, fmt.Errorf("build code routes: %w", err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.CodePort)))
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen on code port %d: %w", cfg.CodePort, err)
+	}
+	return ln, h, nil
+}
+
+// stop ends every execution, closes the kernels' connections, then stops
+// Jupyter (its kernels with it). It must run before envd signals its
+// children, or the supervisor would restart the server it sees die.
+func (c *codeExec) stop(ctx context.Context) {
+	if c.sup == nil {
+		return
+	}
+	c.eng.Close()
+	if err := c.sup.Stop(ctx); err != nil {
+		c.log.Warn("stop jupyter server", "error", err)
+	}
+}
+
+// cleanup removes the kernels' startup files.
+func (c *codeExec) cleanup() {
+	if c.startupDir != "" {
+		os.RemoveAll(c.startupDir)
+	}
+}

@@ -1,0 +1,501 @@
+package interpreter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/jupyter/startup"
+)
+
+// Context is a kernel of one language with a working directory; variables
+// and imports persist between its executions, which run one at a time in
+// the order they were submitted.
+//
+// Its id is the id of its first kernel and never changes: when the kernel
+// is lost for good (Jupyter server restarted, kernel removed after too many
+// deaths) the context gets a new kernel on its next use, with fresh state
+// and the same cwd.
+type Context struct {
+	ID       string // immutable after creation
+	Language string // normalized
+	Cwd      string // absolute
+
+	kernelName string
+	eng        *Engine
+	queue      fifo
+
+	mu       sync.Mutex
+	ks       *kernelState // guarded by mu; nil: the next use starts a new kernel
+	removed  bool         // guarded by mu
+	removing bool         // guarded by mu; a removal is deleting the kernel
+	restarts int          // REST restarts asked for; guarded by mu
+	current  *Execution   // the one holding the queue; guarded by mu
+}
+
+// kernelState is one kernel of a context and what was set up in it.
+type kernelState struct {
+	client *jupyter.Client // bound to the server generation the kernel lives in
+	kernel *jupyter.Kernel
+	id     string // Jupyter kernel id
+
+	// Only touched by the holder of the context's queue.
+	setupRestarts int               // kernel.Status().Restarts when set up; -1: never
+	globalEnv     map[string]string // sandbox-wide vars set in this incarnation
+}
+
+// usable reports whether the kernel can still run code; when false the
+// context needs a new kernel.
+func (ks *kernelState) usable() bool {
+	return ks.client.Err() == nil && ks.kernel.Status().Err == nil
+}
+
+var errRemoved = errors.New("the context was removed")
+
+// Info describes the context.
+func (c *Context) Info() ContextInfo {
+	return ContextInfo{ID: c.ID, Language: c.Language, Cwd: c.Cwd}
+}
+
+func (c *Context) kernelOptions() jupyter.KernelOptions {
+	o := jupyter.KernelOptions{Logger: c.eng.log}
+	if c.kernelName == "deno" {
+		o.PostIdleGrace = c.eng.opts.DenoGrace
+	}
+	return o
+}
+
+// startKernel starts a kernel in the context's cwd, connects to it and
+// sets it up (cwd, sandbox-wide env). On failure nothing is left running.
+func (c *Context) startKernel(ctx context.Context, client *jupyter.Client) (*kernelState, error) {
+	m, err := client.StartKernel(ctx, c.kernelName, c.Cwd)
+	if err != nil {
+		return nil, fmt.Errorf("start %s kernel: %w", c.kernelName, err)
+	}
+	del := func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := client.DeleteKernel(dctx, m.ID); err != nil && !gone(err) {
+			c.eng.log.Warn("cannot delete kernel after a failed start", "kernel_id", m.ID, "error", err)
+		}
+	}
+	k, err := client.Connect(ctx, m.ID, c.kernelOptions())
+	if err != nil {
+		del()
+		return nil, fmt.Errorf("connect to %s kernel: %w", c.kernelName, err)
+	}
+	ks := &kernelState{client: client, kernel: k, id: m.ID, setupRestarts: -1}
+	if err := c.setup(ctx, ks); err != nil {
+		_ = k.Close()
+		del()
+		return nil, err
+	}
+	return ks, nil
+}
+
+// gone reports whether err means the kernel no longer exists anyway.
+func gone(err error) bool {
+	return errors.Is(err, jupyter.ErrKernelNotFound) || errors.Is(err, jupyter.ErrServerRestarted) ||
+		errors.Is(err, jupyter.ErrStopped) || errors.Is(err, jupyter.ErrKernelDied)
+}
+
+// setup brings a kernel incarnation up to date: after a (re)start it
+// changes to the context's cwd and sets every sandbox-wide env var; later
+// it only sets the vars that changed. One silent execution, or none.
+// Requires the queue (or exclusive use of a new kernel).
+func (c *Context) setup(ctx context.Context, ks *kernelState) error {
+	for attempt := 0; ; attempt++ {
+		restarts := ks.kernel.Status().Restarts
+		fresh := restarts != ks.setupRestarts
+		env := c.eng.globalEnv()
+		var lines []string
+		chdir := ""
+		if fresh {
+			code, err := startup.ChdirCode(c.Language, c.Cwd)
+			if err != nil {
+				return fmt.Errorf("set working directory: %w", err)
+			}
+			chdir = code
+			lines = append(lines, code)
+		}
+		changed := envDiff(ks.globalEnv, env, fresh)
+		if len(changed) > 0 {
+			code, err := startup.SetGlobalEnvCode(c.Language, changed)
+			if err != nil {
+				// A name the language cannot hold (e.g. not a bash
+				// identifier): leave that one out rather than fail every run.
+				c.eng.log.Warn("cannot set sandbox env vars in kernel", "language", c.Language, "error", err)
+				changed = settable(c.Language, changed)
+				code, _ = startup.SetGlobalEnvCode(c.Language, changed)
+			}
+			if code != "" {
+				lines = append(lines, code)
+			}
+		}
+		if len(lines) == 0 {
+			return nil
+		}
+		err := c.silent(ctx, ks, strings.Join(lines, "\n"))
+		if err == nil {
+			ks.setupRestarts, ks.globalEnv = restarts, env
+			return nil
+		}
+		// A kernel that died during setup comes back fresh: once more.
+		if errors.Is(err, jupyter.ErrKernelRestarted) && attempt == 0 {
+			continue
+		}
+		// The env helpers come with envd's startup files; a kernel of a
+		// server started without them (-jupyter-url) still gets its cwd.
+		var kerr *KernelError
+		if errors.As(err, &kerr) && len(lines) > 1 && chdir != "" {
+			if err := c.silent(ctx, ks, chdir); err == nil {
+				c.eng.log.Warn("cannot set sandbox env vars in kernel; are envd's kernel startup files installed?",
+					"language", c.Language, "error", kerr)
+				ks.setupRestarts, ks.globalEnv = restarts, env
+				return nil
+			}
+		}
+		if fresh {
+			return fmt.Errorf("set up kernel (working directory %s): %w", c.Cwd, err)
+		}
+		return fmt.Errorf("set sandbox env vars in kernel: %w", err)
+	}
+}
+
+// envDiff returns what to set to go from old to now (nil values unset);
+// everything in now if all.
+func envDiff(old, now map[string]string, all bool) map[string]*string {
+	out := make(map[string]*string)
+	for k, v := range now {
+		if ov, ok := old[k]; all || !ok || ov != v {
+			out[k] = &v
+		}
+	}
+	if !all {
+		for k := range old {
+			if _, ok := now[k]; !ok {
+				out[k] = nil
+			}
+		}
+	}
+	return out
+}
+
+// settable drops the vars the language's env code refuses, one at a time.
+func settable(lang string, vars map[string]*string) map[string]*string {
+	out := make(map[string]*string, len(vars))
+	names := make([]string, 0, len(vars))
+	for k := range vars {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if _, err := startup.SetGlobalEnvCode(lang, map[string]*string{k: vars[k]}); err == nil {
+			out[k] = vars[k]
+		}
+	}
+	return out
+}
+
+// KernelError is an error raised by internal code envd ran in a kernel.
+type KernelError struct {
+	Name, Value string
+}
+
+func (e *KernelError) Error() string {
+	if e.Value == "" {
+		return e.Name
+	}
+	return e.Name + ": " + e.Value
+}
+
+// silent runs internal code silently and reports whether it raised.
+func (c *Context) silent(ctx context.Context, ks *kernelState, code string) error {
+	x, err := ks.kernel.Execute(ctx, code, jupyter.ExecuteOptions{Silent: true})
+	if err != nil {
+		return err
+	}
+	var kerr error
+	for {
+		m, err := x.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return kerr
+		}
+		if err != nil {
+			return err
+		}
+		switch m.Type() {
+		case "error":
+			var ec jupyter.ErrorContent
+			if kerr == nil && m.DecodeContent(&ec) == nil {
+				kerr = &KernelError{Name: ec.EName, Value: ec.EValue}
+			}
+		case "execute_reply":
+			var rep jupyter.ExecuteReplyContent
+			if m.DecodeContent(&rep) == nil && rep.Status != "ok" && kerr == nil {
+				kerr = &KernelError{Name: rep.EName, Value: rep.EValue}
+				if rep.EName == "" {
+					kerr = &KernelError{Name: "Error", Value: "status " + rep.Status}
+				}
+			}
+		case "stream":
+			// bash reports a failed cd on stderr with a non-ok reply;
+			// nothing else of internal code is shown.
+		}
+	}
+}
+
+// kernel returns the current kernel, making sure it is usable and set up:
+// a new one if the old one is gone, the cwd and env re-applied after a
+// restart. Requires the queue.
+func (c *Context) kernel(ctx context.Context) (*kernelState, error) {
+	c.mu.Lock()
+	if c.removed {
+		c.mu.Unlock()
+		return nil, errRemoved
+	}
+	ks := c.ks
+	c.mu.Unlock()
+	if ks != nil && ks.usable() {
+		if err := c.setup(ctx, ks); err != nil {
+			if ks.usable() {
+				return nil, err
+			}
+			// It went away during setup: replace it below.
+		} else {
+			return ks, nil
+		}
+	}
+	client, err := c.eng.sup.Client(ctx)
+	if err != nil {
+		if errors.Is(err, jupyter.ErrStopped) {
+			return nil, ErrClosed
+		}
+		return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
+	}
+	nks, err := c.startKernel(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.removed {
+		c.mu.Unlock()
+		_ = nks.kernel.Close()
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = client.DeleteKernel(dctx, nks.id)
+		return nil, errRemoved
+	}
+	old := c.ks
+	c.ks = nks
+	c.mu.Unlock()
+	if old != nil {
+		_ = old.kernel.Close()
+	}
+	c.eng.log.Info("context got a new kernel", "context_id", c.ID, "kernel_id", nks.id, "language", c.Language)
+	return nks, nil
+}
+
+// revive gives the context a usable kernel now rather than at its next
+// use, waiting its turn in the queue.
+func (c *Context) revive() {
+	ticket := c.queue.enqueue()
+	select {
+	case <-ticket:
+	case <-c.eng.ctx.Done():
+		c.queue.cancel(ticket)
+		return
+	}
+	defer c.queue.release()
+	ctx, cancel := context.WithTimeout(c.eng.ctx, c.eng.opts.CreateTimeout)
+	defer cancel()
+	if _, err := c.kernel(ctx); err != nil && c.eng.ctx.Err() == nil && !errors.Is(err, errRemoved) {
+		c.eng.log.Warn("cannot give the context a new kernel", "context_id", c.ID, "error", err)
+	}
+}
+
+// kernelID is the Jupyter id of the context's current kernel ("" if none).
+func (c *Context) kernelID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ks == nil {
+		return ""
+	}
+	return c.ks.id
+}
+
+// Current returns the execution that has the context now (running, or
+// getting its kernel ready), or nil.
+func (c *Context) Current() *Execution {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.current
+}
+
+func (c *Context) setCurrent(x *Execution) {
+	c.mu.Lock()
+	c.current = x
+	c.mu.Unlock()
+}
+
+func (c *Context) restartCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.restarts
+}
+
+// restart restarts the kernel in place. The running execution (if any)
+// ends; the next one re-applies the cwd and env. A kernel that is gone
+// anyway is simply replaced at the next use.
+func (c *Context) restart(ctx context.Context) error {
+	c.mu.Lock()
+	if c.removed {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrContextNotFound, c.ID)
+	}
+	ks := c.ks
+	c.restarts++
+	c.mu.Unlock()
+	if ks == nil {
+		return nil
+	}
+	if !ks.usable() {
+		c.drop(ks)
+		return nil
+	}
+	if err := ks.kernel.Restart(ctx); err != nil {
+		if gone(err) {
+			c.drop(ks)
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// drop forgets ks (if still current) so that the next use starts a new
+// kernel.
+func (c *Context) drop(ks *kernelState) {
+	c.mu.Lock()
+	if c.ks == ks {
+		c.ks = nil
+	}
+	c.mu.Unlock()
+	_ = ks.kernel.Close()
+}
+
+// remove shuts the kernel down and forgets the context. If Jupyter fails
+// to delete a live kernel, nothing changes and the error is returned.
+func (c *Context) remove(ctx context.Context) error {
+	c.mu.Lock()
+	if c.removed {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrContextNotFound, c.ID)
+	}
+	ks := c.ks
+	c.removing = true // running code now reports the removal, not a death
+	c.mu.Unlock()
+	if ks != nil && ks.client.Err() == nil {
+		if err := ks.client.DeleteKernel(ctx, ks.id); err != nil && !gone(err) {
+			c.mu.Lock()
+			c.removing = false
+			c.mu.Unlock()
+			return err
+		}
+	}
+	c.mu.Lock()
+	if c.removed {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrContextNotFound, c.ID)
+	}
+	c.removed = true
+	ks = c.ks
+	c.ks = nil
+	c.mu.Unlock()
+	if ks != nil {
+		_ = ks.kernel.Close()
+	}
+	c.eng.forget(c)
+	c.eng.log.Info("context removed", "context_id", c.ID, "language", c.Language)
+	return nil
+}
+
+// isRemoved reports whether the context is removed, or being removed.
+func (c *Context) isRemoved() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.removed || c.removing
+}
+
+// closeKernel closes the kernel connection (engine shutdown).
+func (c *Context) closeKernel() {
+	c.mu.Lock()
+	ks := c.ks
+	c.mu.Unlock()
+	if ks != nil {
+		_ = ks.kernel.Close()
+	}
+}
+
+// fifo hands a context to its executions one at a time, in the order they
+// were enqueued.
+type fifo struct {
+	mu      sync.Mutex
+	busy    bool            // guarded by mu
+	waiters []chan struct{} // guarded by mu
+}
+
+var granted = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// enqueue takes a place in the queue; the returned channel is closed when
+// it is the caller's turn. The caller must then release, or cancel if it
+// gives up.
+func (q *fifo) enqueue() chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.busy {
+		q.busy = true
+		return granted
+	}
+	ch := make(chan struct{})
+	q.waiters = append(q.waiters, ch)
+	return ch
+}
+
+// cancel gives up a place; if the turn had already come, it is passed on.
+func (q *fifo) cancel(ticket chan struct{}) {
+	q.mu.Lock()
+	for i, w := range q.waiters {
+		if w == ticket {
+			q.waiters = append(q.waiters[:i:i], q.waiters[i+1:]...)
+			q.mu.Unlock()
+			return
+		}
+	}
+	q.mu.Unlock()
+	q.release()
+}
+
+// release ends the current turn.
+func (q *fifo) release() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.waiters) == 0 {
+		q.busy = false
+		return
+	}
+	next := q.waiters[0]
+	q.waiters[0] = nil
+	q.waiters = q.waiters[1:]
+	close(next)
+}

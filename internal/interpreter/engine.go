@@ -1,0 +1,612 @@
+package interpreter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/jupyter/startup"
+)
+
+// Options configures an Engine. Every zero value is a usable default except
+// Supervisor, which is required.
+type Options struct {
+	// Supervisor runs the Jupyter server the kernels live in. The engine
+	// neither starts nor stops it.
+	Supervisor *jupyter.Supervisor
+	// RunAs is the account the kernels run as: working directories are
+	// checked with its permissions and relative ones resolved against its
+	// home. Zero (nil): envd's own account.
+	RunAs *identity.User
+	// DefaultCwd returns the working directory of contexts created without
+	// one, language defaults included. Zero, or "": RunAs's home.
+	DefaultCwd func() string
+	// GlobalEnv returns the sandbox-wide environment variables (what
+	// upstream's /envs returns). They are set in every kernel before its
+	// first execution, again after a restart and when they change. Zero:
+	// none.
+	GlobalEnv func() map[string]string
+	// Logger receives the engine's logs. Zero: slog.Default().
+	Logger *slog.Logger
+	// LogBytes is the capacity of each execution's event log. Zero: 4 MiB.
+	LogBytes int
+	// ReaderGrace is how long an execution waits for a following Reader that
+	// reads nothing before it leaves it behind (its next Read reports the
+	// loss). Zero: 2 s.
+	ReaderGrace time.Duration
+	// InterruptGrace is how long interrupted code may take to stop before
+	// its kernel is restarted (Deno ignores interrupts; so does Python code
+	// that catches KeyboardInterrupt). Zero: 2 s.
+	InterruptGrace time.Duration
+	// KeepFinished is how long a finished execution stays findable by id.
+	// Zero: 1 min. At most maxFinished are kept.
+	KeepFinished time.Duration
+	// DenoGrace keeps a Deno execution open this long after it reported
+	// completion, to collect its late outputs. Zero: 50 ms.
+	DenoGrace time.Duration
+	// CreateTimeout bounds the creation of a language's default context,
+	// which is not tied to the request that triggered it. Zero: 2 min.
+	CreateTimeout time.Duration
+}
+
+// maxFinished bounds how many finished executions are kept for reattaching.
+const maxFinished = 32
+
+// Engine runs code in contexts: each context is a kernel of one language
+// with a working directory, whose state persists between executions. It
+// survives kernel deaths (the context gets a restarted kernel) and Jupyter
+// server restarts (the context gets a new kernel, same id and cwd).
+//
+// Use: New, Start, then Execute, CreateContext, ...; Close at shutdown.
+type Engine struct {
+	opts Options
+	sup  *jupyter.Supervisor
+	log  *slog.Logger
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	ready  chan struct{} // closed once the default Python context first exists
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	started  bool                     // guarded by mu
+	closed   bool                     // guarded by mu
+	contexts map[string]*Context      // by id; guarded by mu
+	order    []*Context               // creation order; guarded by mu
+	defaults map[string]*Context      // by language; guarded by mu
+	creating map[string]chan struct{} // language default being created; guarded by mu
+	execs    map[string]*Execution    // by id; guarded by mu
+	finished []*Execution             // oldest first; guarded by mu
+	lastErr  error                    // why the default context could not be created; guarded by mu
+}
+
+// New returns an engine; nothing runs until Start.
+func New(opts Options) *Engine {
+	if opts.Supervisor == nil {
+		panic("interpreter: Options.Supervisor is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.LogBytes <= 0 {
+		opts.LogBytes = 4 << 20
+	}
+	if opts.ReaderGrace <= 0 {
+		opts.ReaderGrace = 2 * time.Second
+	}
+	if opts.InterruptGrace <= 0 {
+		opts.InterruptGrace = 2 * time.Second
+	}
+	if opts.KeepFinished <= 0 {
+		opts.KeepFinished = time.Minute
+	}
+	if opts.DenoGrace <= 0 {
+		opts.DenoGrace = 50 * time.Millisecond
+	}
+	if opts.CreateTimeout <= 0 {
+		opts.CreateTimeout = 2 * time.Minute
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Engine{
+		opts:     opts,
+		sup:      opts.Supervisor,
+		log:      opts.Logger.With("component", "interpreter"),
+		ctx:      ctx,
+		cancel:   cancel,
+		ready:    make(chan struct{}),
+		contexts: make(map[string]*Context),
+		defaults: make(map[string]*Context),
+		creating: make(map[string]chan struct{}),
+		execs:    make(map[string]*Execution),
+	}
+}
+
+// Start creates the default Python context in the background, as soon as
+// the Jupyter server is up (retrying with backoff if that fails), and
+// watches for server restarts to give that context a fresh kernel at once.
+// It returns immediately.
+func (e *Engine) Start() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started || e.closed {
+		return
+	}
+	e.started = true
+	e.wg.Add(2)
+	go e.bootstrap()
+	go e.watch()
+}
+
+// Ready is closed once the default Python context has been created.
+func (e *Engine) Ready() <-chan struct{} { return e.ready }
+
+// Health returns nil when code can run at once: the default Python context
+// exists and the Jupyter server is up. Otherwise it says why not.
+func (e *Engine) Health() error {
+	select {
+	case <-e.ready:
+	default:
+		e.mu.Lock()
+		err := e.lastErr
+		e.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("%w: starting the default Python context: %v", ErrNotReady, err)
+		}
+		return fmt.Errorf("%w: the default Python context is starting", ErrNotReady)
+	}
+	if st := e.sup.Status(); st.State != jupyter.ServerReady {
+		return fmt.Errorf("%w: the Jupyter server is %s", ErrNotReady, st.State)
+	}
+	return nil
+}
+
+// Close ends every execution (with EndInterrupted), closes the kernel
+// connections and waits for the engine's goroutines. It does not delete
+// the kernels: stopping the supervisor does.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.closed = true
+	ctxs := append([]*Context(nil), e.order...)
+	e.mu.Unlock()
+	e.cancel()
+	e.wg.Wait()
+	for _, c := range ctxs {
+		c.closeKernel()
+	}
+}
+
+func (e *Engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+func (e *Engine) bootstrap() {
+	defer e.wg.Done()
+	backoff := time.Second
+	for {
+		_, err := e.defaultContext(e.ctx, Python)
+		if err == nil {
+			close(e.ready)
+			e.mu.Lock()
+			e.lastErr = nil
+			e.mu.Unlock()
+			return
+		}
+		if e.ctx.Err() != nil {
+			return
+		}
+		e.mu.Lock()
+		e.lastErr = err
+		e.mu.Unlock()
+		e.log.Warn("cannot create the default python context; retrying", "error", err, "backoff", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-e.ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// watch gives the default Python context a new kernel as soon as a new
+// Jupyter server generation is up, so that the first run after a server
+// crash pays no kernel start. Other contexts get theirs on next use.
+func (e *Engine) watch() {
+	defer e.wg.Done()
+	st := e.sup.Status()
+	gen := st.Generation
+	for {
+		select {
+		case <-st.Changed:
+		case <-e.ctx.Done():
+			return
+		}
+		st = e.sup.Status()
+		switch {
+		case st.State == jupyter.ServerStopped:
+			return
+		case st.State == jupyter.ServerReady && st.Generation != gen:
+			gen = st.Generation
+			e.mu.Lock()
+			c := e.defaults[Python]
+			e.mu.Unlock()
+			if c != nil {
+				c.revive()
+			}
+		}
+	}
+}
+
+// ContextInfo describes a context.
+type ContextInfo struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+// Contexts lists the live contexts in creation order.
+func (e *Engine) Contexts() []ContextInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]ContextInfo, 0, len(e.order))
+	for _, c := range e.order {
+		out = append(out, c.Info())
+	}
+	return out
+}
+
+// Context returns the context with the given id. "default" is accepted as
+// an alias of the default Python context, as E2B's server does.
+func (e *Engine) Context(id string) (*Context, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.contexts[id]
+	if c == nil && id == "default" {
+		c = e.defaults[Python]
+	}
+	if c == nil {
+		return nil, fmt.Errorf("%w: %s", ErrContextNotFound, id)
+	}
+	return c, nil
+}
+
+// CreateContext starts a kernel for language in cwd (empty: DefaultCwd) and
+// returns the new context. It is not a language default. It fails with an
+// *UnsupportedLanguageError, ErrBadCwd (wrapped), ErrNotReady when ctx
+// ends before Jupyter is up, or a Jupyter error.
+func (e *Engine) CreateContext(ctx context.Context, language, cwd string) (*Context, error) {
+	return e.createContext(ctx, NormalizeLanguage(language), cwd, false)
+}
+
+// defaultContext returns the language's default context, creating it if
+// needed (one creation at a time per language; the creation is not tied
+// to ctx, only the wait is).
+func (e *Engine) defaultContext(ctx context.Context, lang string) (*Context, error) {
+	for {
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if c := e.defaults[lang]; c != nil {
+			e.mu.Unlock()
+			return c, nil
+		}
+		if wait := e.creating[lang]; wait != nil {
+			e.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%w: %v", ErrNotReady, ctx.Err())
+			}
+		}
+		guard := make(chan struct{})
+		e.creating[lang] = guard
+		e.wg.Add(1)
+		e.mu.Unlock()
+
+		type result struct {
+			c   *Context
+			err error
+		}
+		res := make(chan result, 1)
+		go func() {
+			defer e.wg.Done()
+			cctx, cancel := context.WithTimeout(e.ctx, e.opts.CreateTimeout)
+			defer cancel()
+			c, err := e.createContext(cctx, lang, "", true)
+			e.mu.Lock()
+			delete(e.creating, lang)
+			e.mu.Unlock()
+			close(guard)
+			res <- result{c, err}
+		}()
+		select {
+		case r := <-res:
+			return r.c, r.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %v", ErrNotReady, ctx.Err())
+		}
+	}
+}
+
+func (e *Engine) createContext(ctx context.Context, lang, cwd string, asDefault bool) (*Context, error) {
+	if e.isClosed() {
+		return nil, ErrClosed
+	}
+	client, err := e.sup.Client(ctx)
+	if err != nil {
+		if errors.Is(err, jupyter.ErrStopped) {
+			return nil, ErrClosed
+		}
+		return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
+	}
+	specs, err := client.KernelSpecs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list kernels: %w", err)
+	}
+	have := make(map[string]bool, len(specs.Specs))
+	for name := range specs.Specs {
+		have[name] = true
+	}
+	kernelName, err := kernelFor(lang, have)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := e.resolveCwd(cwd)
+	if err != nil {
+		if !asDefault {
+			return nil, err
+		}
+		// A default context must come up whatever the default directory's
+		// state; "/" always exists.
+		e.log.Warn("default working directory unusable; using /", "language", lang, "error", err)
+		dir = "/"
+	}
+	c := &Context{
+		Language:   lang,
+		Cwd:        dir,
+		kernelName: kernelName,
+		eng:        e,
+	}
+	ks, err := c.startKernel(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	c.ID = ks.id
+	c.ks = ks
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		c.closeKernel()
+		return nil, ErrClosed
+	}
+	e.contexts[c.ID] = c
+	e.order = append(e.order, c)
+	if asDefault {
+		e.defaults[lang] = c
+	}
+	e.mu.Unlock()
+	e.log.Info("context created", "context_id", c.ID, "language", lang, "cwd", dir, "default", asDefault)
+	return c, nil
+}
+
+// forget drops a removed context from the registry.
+func (e *Engine) forget(c *Context) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.contexts, c.ID)
+	for i, o := range e.order {
+		if o == c {
+			e.order = append(e.order[:i:i], e.order[i+1:]...)
+			break
+		}
+	}
+	for lang, d := range e.defaults {
+		if d == c {
+			delete(e.defaults, lang)
+		}
+	}
+}
+
+// RemoveContext shuts the context's kernel down and forgets the context.
+// Code running in it ends with an error. Removing a language's default
+// makes the next run in that language create a new default.
+func (e *Engine) RemoveContext(ctx context.Context, id string) error {
+	c, err := e.Context(id)
+	if err != nil {
+		return err
+	}
+	return c.remove(ctx)
+}
+
+// RestartContext restarts the context's kernel: same id, same cwd, fresh
+// state. Code running in it ends with a ContextRestarting error.
+func (e *Engine) RestartContext(ctx context.Context, id string) error {
+	c, err := e.Context(id)
+	if err != nil {
+		return err
+	}
+	return c.restart(ctx)
+}
+
+// ExecuteRequest is one run of code.
+type ExecuteRequest struct {
+	Code string
+	// ContextID and Language select the context; at most one may be set.
+	// Neither: the default Python context. Language: that language's
+	// default context, created on first use.
+	ContextID string
+	Language  string
+	// Env is set in the kernel for this execution only, then restored.
+	Env map[string]string
+	// Timeout stops the execution (interrupt, then restart if it does not
+	// stop) once it passed, counted from Execute. Zero: none.
+	Timeout time.Duration
+}
+
+// Execute queues code on its context and returns at once with the
+// execution and a Reader that follows its events from the first one. The
+// execution's lifetime is the engine's, not ctx's: ctx only bounds finding
+// or creating the context. Close the Reader when done with it.
+//
+// Errors: ErrContextAndLanguage, ErrContextNotFound, an
+// *UnsupportedLanguageError, ErrBadEnv, ErrNotReady, ErrClosed, or the
+// failure to create a language's default context.
+func (e *Engine) Execute(ctx context.Context, req ExecuteRequest) (*Execution, *Reader, error) {
+	var c *Context
+	var err error
+	switch {
+	case req.ContextID != "" && req.Language != "":
+		return nil, nil, ErrContextAndLanguage
+	case req.ContextID != "":
+		c, err = e.Context(req.ContextID)
+	default:
+		c, err = e.defaultContext(ctx, NormalizeLanguage(req.Language))
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var setEnv string
+	if len(req.Env) > 0 {
+		vars := make(map[string]*string, len(req.Env))
+		for k, v := range req.Env {
+			vars[k] = &v
+		}
+		if setEnv, err = startup.SetEnvCode(c.Language, vars); err != nil {
+			return nil, nil, fmt.Errorf("%w: %v", ErrBadEnv, err)
+		}
+	}
+	x := newExecution(e, c, req, setEnv)
+	r := x.Follow()
+	ticket := c.queue.enqueue()
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		c.queue.cancel(ticket)
+		r.Close()
+		return nil, nil, ErrClosed
+	}
+	e.execs[x.ID] = x
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go x.run(ticket)
+	return x, r, nil
+}
+
+// Interrupt interrupts the execution running on a context, if any (see
+// Execution.Interrupt); queued executions are left alone. It reports
+// whether one was running.
+func (e *Engine) Interrupt(contextID string) (bool, error) {
+	c, err := e.Context(contextID)
+	if err != nil {
+		return false, err
+	}
+	x := c.Current()
+	if x == nil {
+		return false, nil
+	}
+	x.Interrupt()
+	return true, nil
+}
+
+// Execution returns a running or recently finished execution by id.
+func (e *Engine) Execution(id string) (*Execution, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	x, ok := e.execs[id]
+	return x, ok
+}
+
+// finished records that x ended: it stays findable for KeepFinished, and
+// at most maxFinished are kept.
+func (e *Engine) executionFinished(x *Execution) {
+	e.mu.Lock()
+	e.finished = append(e.finished, x)
+	for len(e.finished) > maxFinished {
+		delete(e.execs, e.finished[0].ID)
+		e.finished[0] = nil
+		e.finished = e.finished[1:]
+	}
+	e.mu.Unlock()
+	time.AfterFunc(e.opts.KeepFinished, func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for i, f := range e.finished {
+			if f == x {
+				delete(e.execs, x.ID)
+				e.finished = append(e.finished[:i:i], e.finished[i+1:]...)
+				return
+			}
+		}
+	})
+}
+
+// globalEnv returns the sandbox-wide env vars now.
+func (e *Engine) globalEnv() map[string]string {
+	if e.opts.GlobalEnv == nil {
+		return nil
+	}
+	return maps.Clone(e.opts.GlobalEnv())
+}
+
+// runAs returns the kernels' account.
+func (e *Engine) runAs() (*identity.User, error) {
+	if e.opts.RunAs != nil {
+		return e.opts.RunAs, nil
+	}
+	return identity.Current()
+}
+
+// resolveCwd makes cwd absolute (relative to the kernels' user's home;
+// empty means DefaultCwd) and checks, with that user's permissions, that it
+// is a directory they can enter.
+func (e *Engine) resolveCwd(cwd string) (string, error) {
+	u, err := e.runAs()
+	if err != nil {
+		return "", err
+	}
+	def := ""
+	if e.opts.DefaultCwd != nil {
+		def = e.opts.DefaultCwd()
+	}
+	dir, err := u.Resolve(cwd, def)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadCwd, err)
+	}
+	err = u.Do(func() error {
+		fi, err := os.Stat(dir)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return fmt.Errorf("%w: %s does not exist", ErrBadCwd, dir)
+		case errors.Is(err, os.ErrPermission):
+			return fmt.Errorf("%w: %s is not accessible to user %q", ErrBadCwd, dir, u.Name)
+		case err != nil:
+			return fmt.Errorf("%w: %v", ErrBadCwd, err)
+		case !fi.IsDir():
+			return fmt.Errorf("%w: %s is not a directory", ErrBadCwd, dir)
+		}
+		// Resolving "dir/." needs search permission on dir itself, which
+		// is what a chdir needs.
+		if _, err := os.Stat(dir + "/."); err != nil {
+			return fmt.Errorf("%w: user %q cannot enter %s", ErrBadCwd, u.Name, dir)
+		}
+		return nil
+	})
+	return dir, err
+}

@@ -1,0 +1,598 @@
+package interpreter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/jupyter/startup"
+	"github.com/envd-dev/envd/internal/outbuf"
+)
+
+// maxTextChunk is the largest stdout/stderr text stored as one event: a
+// 100 MB print arrives from the kernel as one message, and is stored (and
+// streamed) in pieces so that readers keep up without the log evicting it.
+const maxTextChunk = 256 << 10
+
+// Execution is one run of code in a context. It runs on a goroutine of the
+// engine, not of the request that started it: it goes on when its client
+// goes away (call Interrupt to stop it), and its events stay readable by
+// id for a while after it ended (see Engine.Execution).
+type Execution struct {
+	ID        string
+	ContextID string
+	Language  string
+
+	eng     *Engine
+	c       *Context
+	code    string
+	setEnv  string // silent code setting the per-execution env; "" if none
+	timeout time.Duration
+
+	log     *outbuf.Log
+	logSize int
+	done    chan struct{}
+
+	// flow control between the runner and the readers that follow it
+	flowMu   sync.Mutex
+	readers  map[*Reader]struct{} // guarded by flowMu
+	flowWake chan struct{}        // guarded by flowMu
+	records  atomic.Uint64        // events written
+
+	mu          sync.Mutex
+	interrupted bool               // guarded by mu
+	timedOut    bool               // guarded by mu
+	restartDue  bool               // guarded by mu
+	abortDue    bool               // guarded by mu; an aborted request waited long enough for its idle
+	pokes       uint64             // guarded by mu; attention requests so far
+	attn        context.CancelFunc // guarded by mu; wakes the runner
+	timer       *time.Timer        // guarded by mu
+	end         *End               // guarded by mu; set when it ended
+}
+
+func newExecution(e *Engine, c *Context, req ExecuteRequest, setEnv string) *Execution {
+	x := &Execution{
+		ID:        newID(),
+		ContextID: c.ID,
+		Language:  c.Language,
+		eng:       e,
+		c:         c,
+		code:      req.Code,
+		setEnv:    setEnv,
+		timeout:   req.Timeout,
+		log:       outbuf.New(e.opts.LogBytes),
+		logSize:   e.opts.LogBytes,
+		done:      make(chan struct{}),
+		readers:   make(map[*Reader]struct{}),
+	}
+	if req.Timeout > 0 {
+		x.timer = time.AfterFunc(req.Timeout, func() {
+			x.mu.Lock()
+			defer x.mu.Unlock()
+			if x.end == nil {
+				x.timedOut = true
+				x.pokeLocked()
+			}
+		})
+	}
+	return x
+}
+
+// Done is closed once the execution ended and its end event is stored.
+func (x *Execution) Done() <-chan struct{} { return x.done }
+
+// End returns how the execution ended, or nil while it runs.
+func (x *Execution) End() *End {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.end
+}
+
+// Interrupt stops the execution: a queued one never runs; a running one is
+// interrupted in its kernel, and if it does not stop within
+// Options.InterruptGrace its kernel is restarted (state lost, reported
+// with a ContextRestarting error). It ends with EndInterrupted. No-op once
+// ended.
+func (x *Execution) Interrupt() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.end != nil || x.interrupted {
+		return
+	}
+	x.interrupted = true
+	x.pokeLocked()
+}
+
+func (x *Execution) pokeLocked() {
+	x.pokes++
+	if x.attn != nil {
+		x.attn()
+	}
+}
+
+// attention returns a context that is cancelled at the next Interrupt,
+// timeout or due restart, or at once if one happened since *seen.
+func (x *Execution) attention(seen *uint64) context.Context {
+	ctx, cancel := context.WithCancel(x.eng.ctx)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.attn != nil {
+		x.attn() // release the previous one
+	}
+	x.attn = cancel
+	if x.pokes != *seen {
+		*seen = x.pokes
+		cancel()
+	}
+	return ctx
+}
+
+// flags returns what was asked of the runner.
+func (x *Execution) flags() (interrupted, timedOut, restartDue bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.interrupted, x.timedOut, x.restartDue
+}
+
+// stopReason is how an execution stopped on request ends.
+func (x *Execution) stopReason() (EndReason, *ErrorValue) {
+	if x.eng.ctx.Err() != nil {
+		return EndInterrupted, &ErrorValue{Name: errNameUnexpected, Value: "envd is shutting down; the execution was stopped"}
+	}
+	_, timedOut, _ := x.flags()
+	if timedOut {
+		return EndTimedOut, &ErrorValue{Name: errNameTimeout,
+			Value: fmt.Sprintf("Execution timed out after %s and was stopped", x.timeout)}
+	}
+	return EndInterrupted, nil
+}
+
+// runner is the state of one run, owned by the execution's goroutine.
+type runner struct {
+	x         *Execution
+	ks        *kernelState
+	errored   bool // an error event was written
+	stopping  bool // interrupted or timed out: the kernel was interrupted
+	restarted bool // we restarted the kernel because it did not stop
+	aborted   bool // the kernel replied abort(ed)
+}
+
+// abortSettle is how long an aborted request waits for its idle.
+const abortSettle = 2 * time.Second
+
+// run is the execution's goroutine.
+func (x *Execution) run(ticket chan struct{}) {
+	defer x.eng.wg.Done()
+	r := &runner{x: x}
+	var seen uint64
+	actx := x.attention(&seen)
+
+	// Wait for the context.
+	select {
+	case <-ticket:
+	case <-actx.Done():
+		x.c.queue.cancel(ticket)
+		r.stopBeforeRun("stopped before it started")
+		close(x.done)
+		x.eng.executionFinished(x)
+		return
+	}
+	x.c.setCurrent(x)
+	restoreEnv := false
+	var envRestarts int
+	defer func() {
+		if restoreEnv {
+			r.restoreEnv(envRestarts)
+		}
+		x.c.setCurrent(nil)
+		x.c.queue.release()
+		close(x.done)
+		x.eng.executionFinished(x)
+	}()
+
+	ks, err := x.c.kernel(actx)
+	if err != nil {
+		if actx.Err() != nil {
+			r.stopBeforeRun("stopped while its context was getting ready")
+			return
+		}
+		r.failBeforeRun(err)
+		return
+	}
+	r.ks = ks
+	if x.setEnv != "" {
+		envRestarts = ks.kernel.Status().Restarts
+		restoreEnv = true
+		if err := x.c.silent(actx, ks, x.setEnv); err != nil {
+			if actx.Err() != nil {
+				r.stopBeforeRun("stopped while its env vars were being set")
+				return
+			}
+			r.failBeforeRun(fmt.Errorf("set env vars: %w", err))
+			return
+		}
+	}
+	if interrupted, timedOut, _ := x.flags(); interrupted || timedOut || x.eng.ctx.Err() != nil {
+		r.stopBeforeRun("stopped before it started")
+		return
+	}
+	restartsBefore := x.c.restartCount()
+	je, err := ks.kernel.Execute(actx, x.code, jupyter.ExecuteOptions{})
+	if err != nil {
+		if actx.Err() != nil {
+			r.stopBeforeRun("stopped before it started")
+			return
+		}
+		r.kernelFailed(err, restartsBefore)
+		return
+	}
+
+	for {
+		if actx.Err() != nil {
+			if x.eng.ctx.Err() != nil {
+				r.finish(x.stopReason())
+				return
+			}
+			if r.abortDue() {
+				r.finishRun()
+				return
+			}
+			r.attend()
+			actx = x.attention(&seen)
+		}
+		m, err := je.Next(actx)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				r.finishRun()
+				return
+			}
+			if actx.Err() != nil {
+				continue // attention: handled at the top
+			}
+			if r.stopping && errors.Is(err, jupyter.ErrKernelRestarted) {
+				if !r.restarted {
+					// Some kernels (Deno) die of the interrupt; Jupyter
+					// restarts them.
+					r.emitError(&ErrorValue{Name: errNameRestarting, Value: "The kernel died when interrupted and was " +
+						"restarted: the context's state (variables, imports) is lost. The context is usable again."})
+				}
+				r.finish(x.stopReason())
+				return
+			}
+			r.kernelFailed(err, restartsBefore)
+			return
+		}
+		if r.handle(actx, m) {
+			return
+		}
+	}
+}
+
+// finishRun ends an execution the kernel completed.
+func (r *runner) finishRun() {
+	switch {
+	case r.stopping:
+		r.finish(r.x.stopReason())
+	case r.errored:
+		r.finish(EndError, nil)
+	default:
+		r.finish(EndOK, nil)
+	}
+}
+
+func (r *runner) abortDue() bool {
+	r.x.mu.Lock()
+	defer r.x.mu.Unlock()
+	return r.x.abortDue
+}
+
+// attend handles Interrupt, the timeout and a due restart.
+func (r *runner) attend() {
+	x := r.x
+	interrupted, timedOut, restartDue := x.flags()
+	if (interrupted || timedOut) && !r.stopping {
+		r.stopping = true
+		ctx, cancel := context.WithTimeout(x.eng.ctx, 10*time.Second)
+		err := r.ks.kernel.Interrupt(ctx)
+		cancel()
+		if err != nil {
+			x.eng.log.Warn("cannot interrupt kernel", "context_id", x.ContextID, "error", err)
+		}
+		time.AfterFunc(x.eng.opts.InterruptGrace, func() {
+			x.mu.Lock()
+			defer x.mu.Unlock()
+			if x.end == nil {
+				x.restartDue = true
+				x.pokeLocked()
+			}
+		})
+	}
+	// A kernel that answered (abort) did stop: no restart.
+	if restartDue && !r.restarted && !r.aborted {
+		r.restarted = true
+		x.eng.log.Info("code did not stop when interrupted; restarting its kernel",
+			"context_id", x.ContextID, "language", x.Language, "grace", x.eng.opts.InterruptGrace)
+		r.emitError(&ErrorValue{Name: errNameRestarting, Value: fmt.Sprintf(
+			"The code did not stop within %s of being interrupted, so its kernel was restarted: "+
+				"the context's state (variables, imports) is lost. The context is usable again.",
+			x.eng.opts.InterruptGrace)})
+		ctx, cancel := context.WithTimeout(x.eng.ctx, time.Minute)
+		err := r.ks.kernel.Restart(ctx)
+		cancel()
+		if err != nil {
+			x.eng.log.Warn("cannot restart kernel", "context_id", x.ContextID, "error", err)
+			x.c.drop(r.ks) // the next run starts a new kernel
+		}
+		// The kernel's pending execution now ends with ErrKernelRestarted
+		// (or ErrClosed if it was dropped).
+	}
+}
+
+// handle turns one kernel message into events; true when the execution is
+// over.
+func (r *runner) handle(ctx context.Context, m *jupyter.Message) bool {
+	x := r.x
+	switch m.Type() {
+	case "execute_input":
+		var in jupyter.ExecuteInputContent
+		if m.DecodeContent(&in) == nil {
+			x.write(Event{Kind: EventExecutionCount, ExecutionCount: in.ExecutionCount})
+		}
+	case "stream":
+		var s jupyter.StreamContent
+		if m.DecodeContent(&s) != nil {
+			return false
+		}
+		kind := EventStdout
+		switch s.Name {
+		case "stdout":
+		case "stderr":
+			kind = EventStderr
+		default:
+			return false
+		}
+		ts := FormatTimestamp(m.Header.Date)
+		m.Content = nil // of a big print, only the text is kept
+		for _, chunk := range splitText(s.Text, maxTextChunk) {
+			x.write(Event{Kind: kind, Text: chunk, Timestamp: ts})
+		}
+	case "display_data", "execute_result":
+		var d jupyter.DisplayDataContent
+		if m.DecodeContent(&d) != nil {
+			return false
+		}
+		if d.Data == nil {
+			d.Data = map[string]json.RawMessage{}
+		}
+		x.write(Event{Kind: EventResult, Result: &Result{IsMain: m.Type() == "execute_result", Data: d.Data}})
+	case "error":
+		var ec jupyter.ErrorContent
+		if !r.errored && m.DecodeContent(&ec) == nil {
+			r.emitError(&ErrorValue{Name: ec.EName, Value: ec.EValue, Traceback: strings.Join(ec.Traceback, "")})
+		}
+	case "execute_reply":
+		var rep jupyter.ExecuteReplyContent
+		if m.DecodeContent(&rep) != nil {
+			return false
+		}
+		switch rep.Status {
+		case "error":
+			if !r.errored {
+				r.emitError(&ErrorValue{Name: rep.EName, Value: rep.EValue, Traceback: strings.Join(rep.Traceback, "")})
+			}
+		case "abort", "aborted":
+			// Terminal, but give the kernel a moment to publish its idle:
+			// IRkernel aborts whatever it receives before that, so the
+			// next run would be aborted too. An aborted request may never
+			// see its idle at all, hence the bound.
+			if !r.aborted {
+				r.aborted = true
+				r.emitError(&ErrorValue{Name: errNameAborted, Value: errValueAborted})
+				time.AfterFunc(abortSettle, func() {
+					x.mu.Lock()
+					defer x.mu.Unlock()
+					if x.end == nil {
+						x.abortDue = true
+						x.pokeLocked()
+					}
+				})
+			}
+		}
+	case "input_request":
+		// IRkernel's readline() asks even with allow_stdin off, and would
+		// wait forever: answer with an empty line.
+		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_ = r.ks.kernel.InputReply(ictx, m, "")
+		cancel()
+	}
+	return false
+}
+
+func (r *runner) emitError(ev *ErrorValue) {
+	r.errored = true
+	r.x.write(Event{Kind: EventError, Error: ev})
+}
+
+// kernelFailed ends the execution after the kernel or its connection went
+// away mid-run.
+func (r *runner) kernelFailed(err error, restartsBefore int) {
+	x := r.x
+	switch {
+	case x.eng.ctx.Err() != nil:
+		r.finish(x.stopReason())
+	case errors.Is(err, jupyter.ErrKernelRestarted):
+		if x.c.restartCount() != restartsBefore {
+			r.finish(EndContextRestarted, &ErrorValue{Name: errNameRestarting, Value: "Context was restarted"})
+			return
+		}
+		r.finish(EndKernelDied, &ErrorValue{Name: errNameRestarting, Value: "The kernel died while running the code " +
+			"(for example os._exit() or a crash) and was restarted with fresh state: variables and imports are lost. " +
+			"The context is usable again."})
+	case errors.Is(err, jupyter.ErrKernelDied), errors.Is(err, jupyter.ErrKernelNotFound):
+		if x.c.isRemoved() {
+			r.finish(EndContextRestarted, &ErrorValue{Name: errNameUnexpected, Value: "The context was removed while the code was running"})
+			return
+		}
+		x.c.drop(r.ks)
+		r.finish(EndKernelDied, &ErrorValue{Name: errNameRestarting, Value: "The kernel died and could not be " +
+			"restarted; the next run in this context starts a new kernel with fresh state."})
+	case errors.Is(err, jupyter.ErrServerRestarted), errors.Is(err, jupyter.ErrConnectionLost) && r.serverDied():
+		r.finish(EndServerRestarted, &ErrorValue{Name: errNameRestarting, Value: "The Jupyter server stopped " +
+			"unexpectedly and is being restarted; every kernel's state is lost. The next run in this context " +
+			"starts a new kernel."})
+	case errors.Is(err, jupyter.ErrConnectionLost):
+		r.finish(EndError, &ErrorValue{Name: errNameWebSocket, Value: "The connection to the kernel was lost, " +
+			"so the outcome is unknown; rerun the code to get the results"})
+	case errors.Is(err, jupyter.ErrClosed), errors.Is(err, jupyter.ErrStopped):
+		if x.c.isRemoved() {
+			r.finish(EndContextRestarted, &ErrorValue{Name: errNameUnexpected, Value: "The context was removed while the code was running"})
+			return
+		}
+		r.finish(EndError, &ErrorValue{Name: errNameUnexpected, Value: "The kernel connection was closed while the code was running"})
+	default:
+		r.finish(EndError, &ErrorValue{Name: errNameUnexpected, Value: err.Error()})
+	}
+}
+
+// serverDied tells, after a lost connection, whether the Jupyter server is
+// gone (the supervisor notices within moments).
+func (r *runner) serverDied() bool {
+	deadline := time.Now().Add(time.Second)
+	for {
+		if r.ks.client.Err() != nil {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stopBeforeRun ends an execution stopped before its code was sent.
+func (r *runner) stopBeforeRun(what string) {
+	reason, ev := r.x.stopReason()
+	if ev != nil {
+		r.emitError(ev)
+		what = ev.Value
+	}
+	r.x.writeEnd(&End{Reason: reason, Message: what})
+}
+
+// failBeforeRun ends an execution whose context could not be made ready.
+func (r *runner) failBeforeRun(err error) {
+	switch {
+	case errors.Is(err, errRemoved):
+		r.finish(EndContextRestarted, &ErrorValue{Name: errNameUnexpected, Value: "The context was removed before the code could run"})
+	case errors.Is(err, ErrClosed):
+		r.finish(EndInterrupted, &ErrorValue{Name: errNameUnexpected, Value: "envd is shutting down; the code did not run"})
+	case errors.Is(err, ErrNotReady):
+		r.finish(EndError, &ErrorValue{Name: errNameSetup, Value: "The Jupyter server is not available: " + err.Error()})
+	default:
+		r.finish(EndError, &ErrorValue{Name: errNameSetup, Value: err.Error()})
+	}
+}
+
+// finish writes the closing events. ev (if any) is written even when the
+// code already raised: it says why the execution ended abnormally.
+func (r *runner) finish(reason EndReason, ev *ErrorValue) {
+	msg := ""
+	if ev != nil {
+		r.emitError(ev)
+		msg = ev.Value
+	}
+	r.x.writeEnd(&End{Reason: reason, Message: msg})
+}
+
+// restoreEnv undoes the per-execution env vars, unless the kernel was
+// restarted since they were set (a fresh kernel has none of them).
+func (r *runner) restoreEnv(restartsAtSet int) {
+	x, ks := r.x, r.ks
+	if ks == nil || !ks.usable() || ks.kernel.Status().Restarts != restartsAtSet {
+		return
+	}
+	code, err := startup.RestoreEnvCode(x.Language)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(x.eng.ctx, 30*time.Second)
+	defer cancel()
+	if err := x.c.silent(ctx, ks, code); err != nil && x.eng.ctx.Err() == nil {
+		x.eng.log.Warn("cannot restore env vars after an execution", "context_id", x.ContextID, "error", err)
+	}
+}
+
+// write stores one event, first waiting (briefly) for readers that keep up.
+func (x *Execution) write(ev Event) {
+	ev.Seq = x.records.Load() // only the runner writes
+	rec := encodeEvent(ev)
+	x.holdBack(len(rec))
+	x.log.Write(uint8(ev.Kind), rec)
+	x.records.Add(1)
+}
+
+// writeEnd stores the end event and closes the log.
+func (x *Execution) writeEnd(end *End) {
+	x.mu.Lock()
+	x.end = end
+	if x.timer != nil {
+		x.timer.Stop()
+	}
+	if x.attn != nil {
+		x.attn()
+		x.attn = nil
+	}
+	x.mu.Unlock()
+	x.write(Event{Kind: EventEnd, End: end})
+	x.log.Close()
+	x.flowMu.Lock()
+	x.wakeLocked()
+	x.flowMu.Unlock()
+}
+
+// splitText cuts s into pieces of at most max bytes, at a newline when
+// one falls in the second half of a piece, never inside a UTF-8 sequence.
+func splitText(s string, max int) []string {
+	if len(s) <= max {
+		return []string{s}
+	}
+	var out []string
+	for len(s) > max {
+		cut := strings.LastIndexByte(s[max/2:max], '\n')
+		if cut >= 0 {
+			cut += max/2 + 1
+		} else {
+			cut = max
+			for cut > 0 && !utf8.RuneStart(s[cut]) {
+				cut--
+			}
+			if cut == 0 {
+				cut = max
+			}
+		}
+		out = append(out, s[:cut])
+		s = s[cut:]
+	}
+	if s != "" {
+		out = append(out, s)
+	}
+	return out
+}
+
+// newID returns a random UUIDv4 string.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails on Linux
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

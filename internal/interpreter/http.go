@@ -1,0 +1,385 @@
+package interpreter
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/envd-dev/envd/internal/server"
+)
+
+// HTTP serves E2B's code-interpreter API (shared/contracts/
+// code-interpreter-http.md) on top of an Engine: POST /execute streaming
+// NDJSON, GET/POST /contexts, DELETE /contexts/{id}, POST
+// /contexts/{id}/restart, and the code port's GET /health. It is the only
+// place where engine errors become HTTP statuses.
+type HTTP struct {
+	eng       *Engine // nil: code execution is off
+	log       *slog.Logger
+	keepalive time.Duration
+	readyWait time.Duration
+}
+
+// HTTPOptions configures NewHTTP. Zero values are the defaults.
+type HTTPOptions struct {
+	// Logger. Zero: slog.Default().
+	Logger *slog.Logger
+	// Keepalive is the silence after which /execute writes a keepalive
+	// line. Zero: 5 s, as E2B's server.
+	Keepalive time.Duration
+	// ReadyWait bounds how long a request waits for Jupyter (or a
+	// language's first kernel) before answering 503. Zero: 50 s (the SDKs
+	// give up on headers after 60 s).
+	ReadyWait time.Duration
+}
+
+// NewHTTP returns the API over eng; a nil eng answers 503 everywhere
+// (envd runs with -no-jupyter).
+func NewHTTP(eng *Engine, opts HTTPOptions) *HTTP {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Keepalive <= 0 {
+		opts.Keepalive = 5 * time.Second
+	}
+	if opts.ReadyWait <= 0 {
+		opts.ReadyWait = 50 * time.Second
+	}
+	return &HTTP{eng: eng, log: opts.Logger, keepalive: opts.Keepalive, readyWait: opts.ReadyWait}
+}
+
+// Routes returns the API's routes, GET /health excepted: on envd's main
+// port /health stays envd's own.
+func (h *HTTP) Routes() []server.Route {
+	return []server.Route{
+		{Pattern: "POST /execute", Handler: http.HandlerFunc(h.execute)},
+		{Pattern: "GET /contexts", Handler: http.HandlerFunc(h.listContexts)},
+		{Pattern: "POST /contexts", Handler: http.HandlerFunc(h.createContext)},
+		{Pattern: "DELETE /contexts/{id}", Handler: http.HandlerFunc(h.removeContext)},
+		{Pattern: "POST /contexts/{id}/restart", Handler: http.HandlerFunc(h.restartContext)},
+	}
+}
+
+// HealthRoute is the code port's GET /health: 200 with the JSON string
+// "OK" once code can run, 503 with the reason before.
+func (h *HTTP) HealthRoute() server.Route {
+	return server.Route{Pattern: "GET /health", Handler: http.HandlerFunc(h.health), Public: true}
+}
+
+// disabledMsg is the answer of every route when code execution is off.
+const disabledMsg = "code execution is off: envd was started with -no-jupyter"
+
+func (h *HTTP) health(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	if h.eng == nil {
+		writeText(w, http.StatusServiceUnavailable, disabledMsg)
+		return
+	}
+	if err := h.eng.Health(); err != nil {
+		writeText(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	io.WriteString(w, `"OK"`)
+}
+
+// maxBody bounds request bodies (code included).
+const maxBody = 64 << 20
+
+func (h *HTTP) execute(w http.ResponseWriter, r *http.Request) {
+	if h.eng == nil {
+		writeText(w, http.StatusServiceUnavailable, disabledMsg)
+		return
+	}
+	fields, ok := readObject(w, r)
+	if !ok {
+		return
+	}
+	var req ExecuteRequest
+	var problems []fieldError
+	code, present, p := stringField(fields, "code")
+	if string(fields["code"]) == "null" {
+		problems = append(problems, fieldError{loc: []string{"body", "code"}, typ: "string_type", msg: "Input should be a valid string"})
+	} else if !present {
+		problems = append(problems, fieldError{loc: []string{"body", "code"}, typ: "missing", msg: "Field required"})
+	}
+	problems = append(problems, p...)
+	req.Code = code
+	req.ContextID, _, p = stringField(fields, "context_id")
+	problems = append(problems, p...)
+	req.Language, _, p = stringField(fields, "language")
+	problems = append(problems, p...)
+	req.Env, p = envField(fields, "env_vars")
+	problems = append(problems, p...)
+	if len(problems) > 0 {
+		writeValidation(w, problems)
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(r.Context(), h.readyWait)
+	x, rd, err := h.eng.Execute(ctx, req)
+	cancel()
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client left
+		}
+		h.writeErr(w, err, req.ContextID, "Failed to create context")
+		return
+	}
+	defer rd.Close()
+	h.stream(w, r, x, rd)
+}
+
+// stream writes the execution's events as NDJSON lines until its end, or
+// until the client goes away, which interrupts the execution.
+func (h *HTTP) stream(w http.ResponseWriter, r *http.Request, x *Execution, rd *Reader) {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if rc.Flush() != nil {
+		x.Interrupt()
+		return
+	}
+	keepalive := time.NewTimer(h.keepalive)
+	defer keepalive.Stop()
+	var buf []byte
+	for {
+		evs, err := rd.Read()
+		if len(evs) > 0 {
+			buf = buf[:0]
+			ended := false
+			for _, ev := range evs {
+				buf = appendEvent(buf, ev)
+				if ev.Kind == EventEnd {
+					ended = true
+					buf = append(buf, `{"type": "end_of_execution"}`+"\n"...)
+					break
+				}
+			}
+			if _, err := w.Write(buf); err != nil || rc.Flush() != nil {
+				x.Interrupt()
+				return
+			}
+			if ended {
+				return
+			}
+			keepalive.Reset(h.keepalive)
+			continue
+		}
+		if err != nil {
+			// io.EOF after the end event was sent, or a reader error.
+			return
+		}
+		select {
+		case <-rd.Wait():
+		case <-keepalive.C:
+			if _, err := io.WriteString(w, `{"type": "keepalive"}`+"\n"); err != nil || rc.Flush() != nil {
+				x.Interrupt()
+				return
+			}
+			keepalive.Reset(h.keepalive)
+		case <-r.Context().Done():
+			x.Interrupt()
+			return
+		}
+	}
+}
+
+func (h *HTTP) listContexts(w http.ResponseWriter, r *http.Request) {
+	if h.eng == nil {
+		writeText(w, http.StatusServiceUnavailable, disabledMsg)
+		return
+	}
+	writeJSON(w, http.StatusOK, h.eng.Contexts())
+}
+
+func (h *HTTP) createContext(w http.ResponseWriter, r *http.Request) {
+	if h.eng == nil {
+		writeText(w, http.StatusServiceUnavailable, disabledMsg)
+		return
+	}
+	fields, ok := readObject(w, r)
+	if !ok {
+		return
+	}
+	cwd, _, p1 := stringField(fields, "cwd")
+	lang, _, p2 := stringField(fields, "language")
+	if problems := append(p1, p2...); len(problems) > 0 {
+		writeValidation(w, problems)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.readyWait)
+	defer cancel()
+	c, err := h.eng.CreateContext(ctx, lang, cwd)
+	if err != nil {
+		h.writeErr(w, err, "", "Failed to create context")
+		return
+	}
+	writeJSON(w, http.StatusOK, c.Info())
+}
+
+func (h *HTTP) removeContext(w http.ResponseWriter, r *http.Request) {
+	if h.eng == nil {
+		writeText(w, http.StatusServiceUnavailable, disabledMsg)
+		return
+	}
+	id := r.PathValue("id")
+	if err := h.eng.RemoveContext(r.Context(), id); err != nil {
+		h.writeErr(w, err, id, "Failed to remove context "+id)
+		return
+	}
+	writeJSON(w, http.StatusOK, nil)
+}
+
+func (h *HTTP) restartContext(w http.ResponseWriter, r *http.Request) {
+	if h.eng == nil {
+		writeText(w, http.StatusServiceUnavailable, disabledMsg)
+		return
+	}
+	id := r.PathValue("id")
+	if err := h.eng.RestartContext(r.Context(), id); err != nil {
+		h.writeErr(w, err, id, "Failed to restart context "+id)
+		return
+	}
+	writeJSON(w, http.StatusOK, nil)
+}
+
+// writeErr maps engine errors to statuses (text bodies, as E2B's server).
+func (h *HTTP) writeErr(w http.ResponseWriter, err error, id, what string) {
+	switch {
+	case errors.Is(err, ErrContextNotFound):
+		writeText(w, http.StatusNotFound, "Context "+id+" not found")
+	case errors.Is(err, ErrContextAndLanguage):
+		writeText(w, http.StatusBadRequest, "Only one of context_id or language can be provided")
+	case errors.Is(err, ErrUnsupportedLanguage), errors.Is(err, ErrBadCwd), errors.Is(err, ErrBadEnv):
+		writeText(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, ErrNotReady), errors.Is(err, ErrClosed):
+		writeText(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		h.log.Warn("code request failed", "op", what, "error", err)
+		writeText(w, http.StatusInternalServerError, what+": "+err.Error())
+	}
+}
+
+func writeText(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	io.WriteString(w, msg)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeText(w, http.StatusInternalServerError, "encode response: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// fieldError is one request validation problem, shaped like FastAPI's.
+type fieldError struct {
+	loc []string
+	typ string
+	msg string
+}
+
+// writeValidation answers 422 with FastAPI's body shape:
+// {"detail": [{"type", "loc", "msg"}]}.
+func writeValidation(w http.ResponseWriter, problems []fieldError) {
+	type detail struct {
+		Type string   `json:"type"`
+		Loc  []string `json:"loc"`
+		Msg  string   `json:"msg"`
+	}
+	out := struct {
+		Detail []detail `json:"detail"`
+	}{}
+	for _, p := range problems {
+		out.Detail = append(out.Detail, detail{Type: p.typ, Loc: p.loc, Msg: p.msg})
+	}
+	writeJSON(w, http.StatusUnprocessableEntity, out)
+}
+
+// readObject reads a JSON object body; an empty body is {}. On a problem
+// it answers 422 (or 413) and returns false.
+func readObject(w http.ResponseWriter, r *http.Request) (map[string]json.RawMessage, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			writeText(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", maxBody))
+			return nil, false
+		}
+		writeText(w, http.StatusBadRequest, "read request body: "+err.Error())
+		return nil, false
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return map[string]json.RawMessage{}, true
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		var syn *json.SyntaxError
+		msg := "JSON decode error: " + err.Error()
+		typ := "json_invalid"
+		loc := []string{"body"}
+		if errors.As(err, &syn) {
+			loc = append(loc, strconv.FormatInt(syn.Offset, 10))
+		} else if _, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+			typ, msg = "model_attributes_type", "Input should be a valid dictionary or object to extract fields from"
+		}
+		writeValidation(w, []fieldError{{loc: loc, typ: typ, msg: msg}})
+		return nil, false
+	}
+	if fields == nil { // the body was null
+		writeValidation(w, []fieldError{{loc: []string{"body"}, typ: "model_attributes_type",
+			msg: "Input should be a valid dictionary or object to extract fields from"}})
+		return nil, false
+	}
+	return fields, true
+}
+
+// stringField reads an optional string field; null counts as absent.
+func stringField(fields map[string]json.RawMessage, name string) (value string, present bool, problems []fieldError) {
+	raw, ok := fields[name]
+	if !ok || string(raw) == "null" {
+		return "", false, nil
+	}
+	if err := json.Unmarshal(raw, &value); err != nil {
+		return "", true, []fieldError{{loc: []string{"body", name}, typ: "string_type", msg: "Input should be a valid string"}}
+	}
+	return value, true, nil
+}
+
+// envField reads an optional {string: string} field; null counts as absent.
+func envField(fields map[string]json.RawMessage, name string) (map[string]string, []fieldError) {
+	raw, ok := fields[name]
+	if !ok || string(raw) == "null" {
+		return nil, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+		return nil, []fieldError{{loc: []string{"body", name}, typ: "dict_type", msg: "Input should be a valid dictionary"}}
+	}
+	out := make(map[string]string, len(obj))
+	var problems []fieldError
+	for k, v := range obj {
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil || string(v) == "null" {
+			problems = append(problems, fieldError{loc: []string{"body", name, k}, typ: "string_type", msg: "Input should be a valid string"})
+			continue
+		}
+		out[k] = s
+	}
+	return out, problems
+}

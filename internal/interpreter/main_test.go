@@ -1,0 +1,159 @@
+package interpreter_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/jupyter/startup"
+	"github.com/envd-dev/envd/internal/server"
+)
+
+const installHint = `Install Jupyter and the kernels with scripts/install-deps.sh, or:
+  apt-get install -y --no-install-recommends python3-jupyter-server python3-ipykernel python3-jupyter-client \
+    python3-pexpect python3-pandas python3-matplotlib python3-pil r-base-core r-cran-irkernel
+  and the Deno kernel (npm deno@2.9.6 + /usr/local/share/jupyter/kernels/deno/kernel.json)`
+
+// shared is one Jupyter server and engine for every test that does not
+// kill or stop its own: a server start costs seconds on two cores.
+var shared struct {
+	layout startup.Layout
+	sup    *jupyter.Supervisor
+	eng    *interpreter.Engine
+	srv    *httptest.Server // the HTTP API over eng (with /health)
+	env    sync.Map         // sandbox-wide env vars served by GlobalEnv
+}
+
+// testKeepalive is the HTTP API's keepalive in tests.
+const testKeepalive = 300 * time.Millisecond
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(mainRunner{m},
+		// net/http's idle connections of the httptest clients.
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	)
+}
+
+type mainRunner struct{ m *testing.M }
+
+func (r mainRunner) Run() int {
+	if out, err := exec.Command("/usr/bin/python3", "-c", "import jupyter_server, ipykernel, pexpect, pandas, matplotlib").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: Jupyter is not usable: %v\n%s\n%s\n", err, out, installHint)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "envd-interpreter-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	shared.layout, err = startup.Install(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: install startup files:", err)
+		return 1
+	}
+	sup, eng := newStack(shared.layout, func() map[string]string {
+		out := map[string]string{}
+		shared.env.Range(func(k, v any) bool {
+			out[k.(string)] = v.(string)
+			return true
+		})
+		return out
+	})
+	shared.sup, shared.eng = sup, eng
+	shared.env.Store("ENVD_TEST_GLOBAL", "global value")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := sup.Start(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: start jupyter: %v\n%s\n", err, installHint)
+		_ = sup.Stop(context.Background())
+		return 1
+	}
+	eng.Start()
+	select {
+	case <-eng.Ready():
+	case <-ctx.Done():
+		fmt.Fprintf(os.Stderr, "FAIL: default python context not ready: %v\n", eng.Health())
+		eng.Close()
+		_ = sup.Stop(context.Background())
+		return 1
+	}
+	api := interpreter.NewHTTP(eng, interpreter.HTTPOptions{Logger: testLogger(), Keepalive: testKeepalive})
+	h, err := server.New(server.Options{Logger: testLogger(), Routes: append(api.Routes(), api.HealthRoute())})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	shared.srv = httptest.NewServer(h)
+
+	code := r.m.Run()
+
+	shared.srv.CloseClientConnections()
+	shared.srv.Close()
+	http.DefaultClient.CloseIdleConnections()
+	eng.Close()
+	if err := sup.Stop(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: stop jupyter:", err)
+		return 1
+	}
+	return code
+}
+
+// newStack builds a supervisor and an engine over it, as envd does, with
+// the test's timings.
+func newStack(l startup.Layout, globalEnv func() map[string]string) (*jupyter.Supervisor, *interpreter.Engine) {
+	sup := jupyter.New(jupyter.Options{Env: l.Env(), Logger: testLogger()})
+	eng := interpreter.New(interpreter.Options{
+		Supervisor:     sup,
+		GlobalEnv:      globalEnv,
+		Logger:         testLogger(),
+		InterruptGrace: time.Second,
+		ReaderGrace:    5 * time.Second,
+		KeepFinished:   10 * time.Second,
+		DefaultCwd:     func() string { return "/tmp" },
+	})
+	return sup, eng
+}
+
+// testLogger shows warnings; INTERPRETER_TEST_DEBUG=1 shows everything.
+func testLogger() *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("INTERPRETER_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// Shared timeouts: generous, for two cores under -race.
+const (
+	kernelTimeout = 2 * time.Minute
+	execTimeout   = 2 * time.Minute
+)
+
+func testCtx(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func short(s string) string {
+	s = strings.ReplaceAll(s, "\n", "\\n")
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package interpreter_test
+
+const raceEnabled = false
