@@ -13,7 +13,7 @@ require (
 )
 
 require (
-	github.com/coder/websocket v1.8.15 // indirect
+	github.com/coder/websocket v1.8.15
 	github.com/mdlayher/socket v0.4.1 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sync v0.1.0 // indirect
