@@ -119,9 +119,13 @@ func Run(ctx context.Context, cfg Config) error {
 	base, cancelStreams := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelStreams()
 	var srvs []*http.Server
+	// Every listener is logged before any serves: once one answers, the log
+	// already names them all.
+	for _, ln := range lns {
+		log.Info("listening", "addr", ln.Addr().String())
+	}
 	for _, ln := range lns {
 		srvs = append(srvs, server.Serve(base, ln, h, log))
-		log.Info("listening", "addr", ln.Addr().String())
 	}
 	if codeLn != nil {
 		srvs = append(srvs, server.Serve(base, codeLn, codeH, log))
