@@ -43,7 +43,8 @@ type Options struct {
 	ReaderGrace time.Duration
 	// InterruptGrace is how long interrupted code may take to stop before
 	// its kernel is restarted (Deno ignores interrupts; so does Python code
-	// that catches KeyboardInterrupt). Zero: 2 s.
+	// that catches KeyboardInterrupt). Zero: 5 s: a loaded machine can take
+	// over a second to raise KeyboardInterrupt, and a restart loses state.
 	InterruptGrace time.Duration
 	// KeepFinished is how long a finished execution stays findable by id.
 	// Zero: 1 min. At most maxFinished are kept.
@@ -102,7 +103,7 @@ func New(opts Options) *Engine {
 		opts.ReaderGrace = 2 * time.Second
 	}
 	if opts.InterruptGrace <= 0 {
-		opts.InterruptGrace = 2 * time.Second
+		opts.InterruptGrace = 5 * time.Second
 	}
 	if opts.KeepFinished <= 0 {
 		opts.KeepFinished = time.Minute

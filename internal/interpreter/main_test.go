@@ -120,7 +120,7 @@ func newStack(l startup.Layout, globalEnv func() map[string]string) (*jupyter.Su
 		Supervisor:     sup,
 		GlobalEnv:      globalEnv,
 		Logger:         testLogger(),
-		InterruptGrace: time.Second,
+		InterruptGrace: 3 * time.Second, // a loaded CI machine can take over a second to raise KeyboardInterrupt
 		ReaderGrace:    5 * time.Second,
 		KeepFinished:   10 * time.Second,
 		DefaultCwd:     func() string { return "/tmp" },
