@@ -59,12 +59,23 @@ func NewHTTP(eng *Engine, opts HTTPOptions) *HTTP {
 // port /health stays envd's own.
 func (h *HTTP) Routes() []server.Route {
 	return []server.Route{
-		{Pattern: "POST /execute", Handler: http.HandlerFunc(h.execute)},
-		{Pattern: "GET /contexts", Handler: http.HandlerFunc(h.listContexts)},
-		{Pattern: "POST /contexts", Handler: http.HandlerFunc(h.createContext)},
-		{Pattern: "DELETE /contexts/{id}", Handler: http.HandlerFunc(h.removeContext)},
-		{Pattern: "POST /contexts/{id}/restart", Handler: http.HandlerFunc(h.restartContext)},
+		{Pattern: "POST /execute", Handler: h.withEngine(h.execute)},
+		{Pattern: "GET /contexts", Handler: h.withEngine(h.listContexts)},
+		{Pattern: "POST /contexts", Handler: h.withEngine(h.createContext)},
+		{Pattern: "DELETE /contexts/{id}", Handler: h.withEngine(h.removeContext)},
+		{Pattern: "POST /contexts/{id}/restart", Handler: h.withEngine(h.restartContext)},
 	}
+}
+
+// withEngine answers 503 in place of fn when code execution is off.
+func (h *HTTP) withEngine(fn http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.eng == nil {
+			writeText(w, http.StatusServiceUnavailable, disabledMsg)
+			return
+		}
+		fn(w, r)
+	})
 }
 
 // HealthRoute is the code port's GET /health: 200 with the JSON string
@@ -95,10 +106,6 @@ func (h *HTTP) health(w http.ResponseWriter, r *http.Request) {
 const maxBody = 64 << 20
 
 func (h *HTTP) execute(w http.ResponseWriter, r *http.Request) {
-	if h.eng == nil {
-		writeText(w, http.StatusServiceUnavailable, disabledMsg)
-		return
-	}
 	fields, ok := readObject(w, r)
 	if !ok {
 		return
@@ -195,18 +202,10 @@ func (h *HTTP) stream(w http.ResponseWriter, r *http.Request, x *Execution, rd *
 }
 
 func (h *HTTP) listContexts(w http.ResponseWriter, r *http.Request) {
-	if h.eng == nil {
-		writeText(w, http.StatusServiceUnavailable, disabledMsg)
-		return
-	}
 	writeJSON(w, http.StatusOK, h.eng.Contexts())
 }
 
 func (h *HTTP) createContext(w http.ResponseWriter, r *http.Request) {
-	if h.eng == nil {
-		writeText(w, http.StatusServiceUnavailable, disabledMsg)
-		return
-	}
 	fields, ok := readObject(w, r)
 	if !ok {
 		return
@@ -228,10 +227,6 @@ func (h *HTTP) createContext(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *HTTP) removeContext(w http.ResponseWriter, r *http.Request) {
-	if h.eng == nil {
-		writeText(w, http.StatusServiceUnavailable, disabledMsg)
-		return
-	}
 	id := r.PathValue("id")
 	if err := h.eng.RemoveContext(r.Context(), id); err != nil {
 		h.writeErr(w, err, id, "Failed to remove context "+id)
@@ -241,10 +236,6 @@ func (h *HTTP) removeContext(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *HTTP) restartContext(w http.ResponseWriter, r *http.Request) {
-	if h.eng == nil {
-		writeText(w, http.StatusServiceUnavailable, disabledMsg)
-		return
-	}
 	id := r.PathValue("id")
 	if err := h.eng.RestartContext(r.Context(), id); err != nil {
 		h.writeErr(w, err, id, "Failed to restart context "+id)
