@@ -35,7 +35,7 @@ func TestHealthMetricsEnvs(t *testing.T) {
 // TestInit runs its own envd: /init changes it for good.
 func TestInit(t *testing.T) {
 	t.Parallel()
-	d, err := startDaemon("")
+	d, err := startDaemon("", false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -171,6 +171,81 @@ func ExampleClient_Watch() {
 	// write new.txt
 }
 
+func ExampleClient_Execute() {
+	ctx := context.Background()
+	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR")})
+	defer c.Close()
+
+	// A context is a kernel whose state lasts from one execution to the
+	// next.
+	cc, err := c.CreateContext(ctx, client.ContextOptions{Language: "python"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.RemoveContext(ctx, cc.ID)
+
+	run, err := c.Execute(ctx, "rows = [3, 1, 2]\nprint('sorting', len(rows), 'rows')\nsorted(rows)", client.ExecOptions{
+		ContextID: cc.ID,
+		OnStdout:  func(o client.Output) { fmt.Print("stdout: ", o.Text) },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := run.Wait()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("result:", res.Results[0].Text, "-", res)
+
+	// rows is still there. An exception in the code is an outcome, not an
+	// error of Wait.
+	run, err = c.Execute(ctx, "rows[10]", client.ExecOptions{ContextID: cc.ID})
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err = run.Wait()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res)
+	// Output:
+	// stdout: sorting 3 rows
+	// result: [1, 2, 3] - ok
+	// error: IndexError: list index out of range
+}
+
+func ExampleExecution_Events() {
+	ctx := context.Background()
+	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR")})
+	defer c.Close()
+
+	// No context: the default Python context. The timeout is envd's: the
+	// code is stopped even if this program goes away.
+	run, err := c.Execute(ctx, "import time\nfor i in range(3):\n    print(i, flush=True)\ntime.sleep(60)",
+		client.ExecOptions{Timeout: time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for ev, err := range run.Events() {
+		if err != nil {
+			log.Fatal(err)
+		}
+		if ev.Stdout != nil {
+			fmt.Print(ev.Stdout.Text)
+		}
+	}
+	res, err := run.Wait()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Reason)
+	// Output:
+	// 0
+	// 1
+	// 2
+	// timed out
+}
+
 // A Firecracker microVM's envd is reached through the host side of its vsock
 // device: the uds_path given to Firecracker and envd's -vsock-port.
 func ExampleFirecrackerUDS() {

@@ -18,8 +18,10 @@ import (
 
 // The tests and the examples of this package run against a real envd, built
 // from ../cmd/envd and started by TestMain on a free 127.0.0.1 port and a
-// unix socket. It is built without -race even when these tests run with it:
-// the race detector here watches the client; test/e2e watches the daemon.
+// unix socket, with code execution: its Jupyter server starts in the
+// background, and only the code examples wait for it. It is built without
+// -race even when these tests run with it: the race detector here watches
+// the client; test/e2e watches the daemon.
 var (
 	envdBin  string // the built binary
 	envdAddr string // http://127.0.0.1:port of the shared daemon
@@ -45,7 +47,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	envdSock = filepath.Join(dir, "envd.sock")
-	d, err := startDaemon(envdSock)
+	d, err := startDaemon(envdSock, true)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -76,13 +78,17 @@ type daemon struct {
 }
 
 // startDaemon starts envd on a free port (and sock, if not "") with extra
-// flags, and waits until /health answers.
-func startDaemon(sock string, extra ...string) (*daemon, error) {
+// flags, and with code execution (Jupyter) if asked, and waits until
+// /health answers.
+func startDaemon(sock string, jupyter bool, extra ...string) (*daemon, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-code-port", "0", "-no-jupyter", "-log-level", "warn"}
+	args := []string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-code-port", "0", "-log-level", "warn"}
+	if !jupyter {
+		args = append(args, "-no-jupyter")
+	}
 	if sock != "" {
 		args = append(args, "-unix-socket", sock)
 	}

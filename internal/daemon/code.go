@@ -21,20 +21,22 @@ import (
 )
 
 // codeExec is stateful code execution: the supervised Jupyter server, the
-// engine on top of it and its HTTP API. With -no-jupyter only the API
-// exists, answering 503.
+// engine on top of it and its two adapters, E2B's HTTP API and the native
+// Connect service. With -no-jupyter only the adapters exist, answering 503
+// and unavailable.
 type codeExec struct {
 	log        *slog.Logger
 	sup        *jupyter.Supervisor // nil with -no-jupyter
 	eng        *interpreter.Engine // nil with -no-jupyter
 	api        *interpreter.HTTP
-	startupDir string // kernel-side startup files, removed at stop
+	svc        server.Route // the Connect service
+	startupDir string       // kernel-side startup files, removed at stop
 }
 
 func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeExec, error) {
 	c := &codeExec{log: log}
 	if cfg.NoJupyter {
-		c.api = interpreter.NewHTTP(nil, interpreter.HTTPOptions{Logger: log})
+		c.adapters(log, defs)
 		return c, nil
 	}
 	// Kernels run as the default user when envd is root, unless asked
@@ -82,8 +84,15 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeEx
 		GlobalEnv: defs.Env,
 		Logger:    log,
 	})
-	c.api = interpreter.NewHTTP(c.eng, interpreter.HTTPOptions{Logger: log})
+	c.adapters(log, defs)
 	return c, nil
+}
+
+// adapters builds the HTTP API and the Connect service over c.eng.
+func (c *codeExec) adapters(log *slog.Logger, defs *defaults.Defaults) {
+	c.api = interpreter.NewHTTP(c.eng, interpreter.HTTPOptions{Logger: log})
+	path, h := interpreter.NewService(c.eng, interpreter.ServiceOptions{Logger: log}).Handler(server.HandlerOptions(log, defs)...)
+	c.svc = server.Route{Pattern: path, Handler: h}
 }
 
 // chownTree gives the tree at dir to u (nothing if u is nil) and lets
@@ -103,8 +112,9 @@ func chownTree(dir string, u *identity.User) error {
 	})
 }
 
-// routes are the code API's routes for envd's main port.
-func (c *codeExec) routes() []server.Route { return c.api.Routes() }
+// routes are the code API's routes for envd's main port: the HTTP API and
+// the Connect service.
+func (c *codeExec) routes() []server.Route { return append(c.api.Routes(), c.svc) }
 
 // start starts Jupyter and the engine in the background: the main port is
 // already listening, and /execute waits for them.
@@ -126,7 +136,7 @@ func (c *codeExec) listenCodePort(cfg Config, log *slog.Logger, token *auth.Toke
 	if cfg.CodePort == 0 {
 		return nil, nil, nil
 	}
-	routes := append(c.api.Routes(), c.api.HealthRoute())
+	routes := append(c.routes(), c.api.HealthRoute())
 	h, err := server.New(server.Options{Logger: log, Token: token, Routes: routes})
 	if err != nil {
 		return nil, nil, fmt.Errorf("build code routes: %w", err)

@@ -90,8 +90,7 @@ func start(t *testing.T, cfg daemon.Config) *running {
 	logs := &logSink{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Host = "127.0.0.1"
-	cfg.Port = 0
-	cfg.CodePort = 0
+	cfg.Port = 0 // CodePort: as given (zero: none)
 	cfg.NoJupyter = true
 	if cfg.UnixSocket == "" {
 		cfg.UnixSocket = filepath.Join(t.TempDir(), "envd.sock")

@@ -31,7 +31,10 @@
 // error at creation; env vars are restored after an interrupted run; an
 // unknown language is a 400 listing the available ones.
 //
-// http.go is the HTTP adapter (the only place engine errors become
-// statuses) and wire.go the NDJSON encoding: ASCII-only lines, as the JS
-// SDK needs.
+// Two adapters serve the one engine: http.go is E2B's HTTP API (the only
+// place engine errors become statuses), with wire.go its NDJSON encoding
+// (ASCII-only lines, as the JS SDK needs); service.go is envd's native
+// Connect service, envd.interpreter.v1 (the only place engine errors
+// become Connect codes), which adds execution ids, reattaching by seq,
+// explicit interrupts and typed end reasons.
 package interpreter

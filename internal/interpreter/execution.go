@@ -48,6 +48,11 @@ type Execution struct {
 	flowWake chan struct{}        // guarded by flowMu
 	records  atomic.Uint64        // events written
 
+	// Set before the event is stored, so that a Reader that saw it sees
+	// them; read by the Connect adapter (see service.go).
+	firstKind atomic.Uint32 // Kind of event 0; 0 until it is written
+	count     atomic.Int64  // the kernel's execution count; 0 until known
+
 	mu          sync.Mutex
 	interrupted bool               // guarded by mu
 	timedOut    bool               // guarded by mu
@@ -534,6 +539,12 @@ func (r *runner) restoreEnv(restartsAtSet int) {
 // write stores one event, first waiting (briefly) for readers that keep up.
 func (x *Execution) write(ev Event) {
 	ev.Seq = x.records.Load() // only the runner writes
+	if ev.Seq == 0 {
+		x.firstKind.Store(uint32(ev.Kind))
+	}
+	if ev.Kind == EventExecutionCount {
+		x.count.Store(int64(ev.ExecutionCount))
+	}
 	rec := encodeEvent(ev)
 	x.holdBack(len(rec))
 	x.log.Write(uint8(ev.Kind), rec)

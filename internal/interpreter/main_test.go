@@ -101,6 +101,7 @@ func (r mainRunner) Run() int {
 
 	code := r.m.Run()
 
+	closeServiceEngine()
 	shared.srv.CloseClientConnections()
 	shared.srv.Close()
 	http.DefaultClient.CloseIdleConnections()

@@ -145,6 +145,9 @@ type startOptions struct {
 	raw  bool
 	port int
 	sock string
+	// jupyter starts envd with code execution (a Jupyter server), which
+	// it otherwise runs without (-no-jupyter).
+	jupyter bool
 }
 
 // startEnvd runs the binary and returns once /health answers 204. The
@@ -169,13 +172,16 @@ func launch(t *testing.T, o startOptions) *envd {
 		if o.sock == "" {
 			o.sock = socketPath(t)
 		}
-		args = append([]string{
+		base := []string{
 			"-host", "127.0.0.1",
 			"-port", strconv.Itoa(o.port),
 			"-unix-socket", o.sock,
 			"-code-port", "0",
-			"-no-jupyter",
-		}, args...)
+		}
+		if !o.jupyter {
+			base = append(base, "-no-jupyter")
+		}
+		args = append(base, args...)
 	}
 	e := &envd{
 		url:    "http://127.0.0.1:" + strconv.Itoa(o.port),

@@ -14,39 +14,43 @@ import (
 	"github.com/envd-dev/envd/client"
 )
 
-// TestEnvctlExecCode runs envctl exec-code against the fake code service
-// (see fakeInterpreter: envd does not serve the native service yet).
+// TestEnvctlExecCode runs envctl exec-code against a real envd running
+// Jupyter: a file, stdin, another language, a given context, and the
+// interactive prompt, whose lines share their state.
 func TestEnvctlExecCode(t *testing.T) {
 	t.Parallel()
-	f := newFakeInterpreter()
-	addr := "--addr=" + serveFake(t, f)
+	e := startEnvd(t, startOptions{jupyter: true})
+	addr := "--addr=" + e.url
 
 	file := filepath.Join(t.TempDir(), "code.py")
-	os.WriteFile(file, []byte("x = 7\nprint x\nx\n"), 0o644)
+	os.WriteFile(file, []byte("x = 7\nprint(x)\nx\n"), 0o644)
 	if r := envctl(t, nil, nil, addr, "exec-code", file); r.code != 0 || r.stdout != "7\n7\n" || r.stderr != "" {
-		t.Errorf("a file: %+v", r)
+		t.Errorf("a file: %+v\n%s", r, e.stderr)
 	}
 	// The default context keeps x for the next run, from stdin.
-	if r := envctl(t, nil, strings.NewReader("print x\nwarn on stderr"), addr, "exec-code", "-"); r.code != 0 || r.stdout != "7\n" || r.stderr != "on stderr\n" {
+	if r := envctl(t, nil, strings.NewReader("import sys\nprint(x)\nprint('on stderr', file=sys.stderr)"), addr, "exec-code", "-"); r.code != 0 || r.stdout != "7\n" || r.stderr != "on stderr\n" {
 		t.Errorf("stdin: %+v", r)
 	}
-	if r := envctl(t, nil, strings.NewReader("raise ZeroDivisionError: division by zero"), addr, "exec-code"); r.code != 1 || !strings.Contains(r.stderr, "ZeroDivisionError: division by zero") || !strings.Contains(r.stderr, "Traceback") {
+	if r := envctl(t, nil, strings.NewReader("1/0"), addr, "exec-code"); r.code != 1 || !strings.Contains(r.stderr, "ZeroDivisionError: division by zero") || !strings.Contains(r.stderr, "Traceback") {
 		t.Errorf("an exception: %+v; want exit 1 and the traceback", r)
 	}
 	// Another language has its own default context.
-	if r := envctl(t, nil, strings.NewReader("print x"), addr, "exec-code", "--lang", "javascript"); r.code != 1 || !strings.Contains(r.stderr, "NameError") {
+	if r := envctl(t, nil, strings.NewReader("console.log(typeof x)"), addr, "exec-code", "--lang", "javascript"); r.code != 0 || r.stdout != "undefined\n" {
 		t.Errorf("--lang javascript: %+v", r)
 	}
-	c := client.New(client.Options{Addr: strings.TrimPrefix(addr, "--addr=")})
+	c := client.New(client.Options{Addr: e.url})
 	defer c.Close()
-	cc, err := c.CreateContext(context.Background(), client.ContextOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), codeTimeout)
+	defer cancel()
+	cc, err := c.CreateContext(ctx, client.ContextOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := envctl(t, nil, strings.NewReader("y = mine\ny"), addr, "exec-code", "--context", cc.ID); r.code != 0 || r.stdout != "mine\n" {
+	if r := envctl(t, nil, strings.NewReader("y = 'mine'\ny"), addr, "exec-code", "--context", cc.ID); r.code != 0 || r.stdout != "mine\n" {
 		t.Errorf("--context: %+v", r)
 	}
 	oneErrorLine(t, envctl(t, nil, strings.NewReader("1"), addr, "exec-code", "--context", "no-such-context"), "not found")
+	oneErrorLine(t, envctl(t, nil, strings.NewReader("1"), addr, "exec-code", "--lang", "cobol"), "available languages")
 
 	t.Run("interactive prompt keeps state", func(t *testing.T) {
 		cmd := exec.Command(envctlBin(t), addr, "exec-code")
@@ -65,24 +69,25 @@ func TestEnvctlExecCode(t *testing.T) {
 		var screen syncBuffer
 		go io.Copy(&screen, tty)
 		eventually(t, "the prompt", func() bool { return strings.Contains(screen.String(), ">>> ") })
-		io.WriteString(tty, "a = first\n")
-		io.WriteString(tty, "b = second\n")
-		io.WriteString(tty, "print a\n")
+		io.WriteString(tty, "a = 'first'\n")
+		io.WriteString(tty, "b = 'second'\n")
+		io.WriteString(tty, "print(a)\n")
 		eventually(t, "a", func() bool { return strings.Contains(screen.String(), "first\r\n") })
 		io.WriteString(tty, "b\n")
 		eventually(t, "b", func() bool { return strings.Contains(screen.String(), "second\r\n") })
-		io.WriteString(tty, "print nothing\n")
+		io.WriteString(tty, "print(nothing)\n")
 		eventually(t, "the error", func() bool { return strings.Contains(screen.String(), "NameError") })
+		// A block: a line ending in ":" opens it, an empty line closes it.
+		io.WriteString(tty, "for i in range(2):\n")
+		io.WriteString(tty, "    print('loop', i)\n")
+		io.WriteString(tty, "\n")
+		eventually(t, "the loop", func() bool { return strings.Contains(screen.String(), "loop 1\r\n") })
 		// A Ctrl-C while code runs interrupts it, not envctl.
-		io.WriteString(tty, "sleep 10s\n")
-		eventually(t, "the sleep to run", func() bool {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			return f.contexts["default-python"].interrupt != nil
-		})
+		io.WriteString(tty, "print('going', flush=True); import time; time.sleep(30)\n")
+		eventually(t, "the sleep to run", func() bool { return strings.Contains(screen.String(), "going\r\n") })
 		io.WriteString(tty, "\x03")
 		eventually(t, "the interrupt", func() bool { return strings.Contains(screen.String(), "KeyboardInterrupt") })
-		io.WriteString(tty, "print a\n")
+		io.WriteString(tty, "print(a)\n")
 		eventually(t, "a again", func() bool { return strings.Count(screen.String(), "first\r\n") == 2 })
 		io.WriteString(tty, "\x04") // Ctrl-D
 		if code := waitExit(t, cmd); code != 0 {

@@ -67,7 +67,9 @@ const (
 // InterpreterServiceClient is a client for the envd.interpreter.v1.InterpreterService service.
 type InterpreterServiceClient interface {
 	// Execute runs code on a context and streams what it produces. The first
-	// event is always started, the last always end.
+	// event is always started, the last always end; keepalives (seq 0, not
+	// events of the execution) may come before started while the context is
+	// busy with earlier code.
 	Execute(context.Context, *connect.Request[v1.ExecuteRequest]) (*connect.ServerStreamForClient[v1.ExecuteResponse], error)
 	// AttachExecution follows an execution started earlier (by any client):
 	// the events it has not seen yet that are still retained, then live ones.
@@ -189,7 +191,9 @@ func (c *interpreterServiceClient) RemoveContext(ctx context.Context, req *conne
 // service.
 type InterpreterServiceHandler interface {
 	// Execute runs code on a context and streams what it produces. The first
-	// event is always started, the last always end.
+	// event is always started, the last always end; keepalives (seq 0, not
+	// events of the execution) may come before started while the context is
+	// busy with earlier code.
 	Execute(context.Context, *connect.Request[v1.ExecuteRequest], *connect.ServerStream[v1.ExecuteResponse]) error
 	// AttachExecution follows an execution started earlier (by any client):
 	// the events it has not seen yet that are still retained, then live ones.
