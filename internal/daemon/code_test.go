@@ -19,7 +19,6 @@ import (
 // With -no-jupyter the code API is still routed on the main port, and
 // answers 503 saying why; envd's own /health is untouched.
 func TestCodeRoutesWithoutJupyter(t *testing.T) {
-	t.Parallel()
 	r := start(t, daemon.Config{})
 	c := tcpClient(t)
 	for _, rt := range [][2]string{
@@ -46,7 +45,6 @@ func TestCodeRoutesWithoutJupyter(t *testing.T) {
 // The native code service is routed on the main port and the code port;
 // with -no-jupyter its procedures answer unavailable, saying why.
 func TestCodeServiceWithoutJupyter(t *testing.T) {
-	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,10 @@ import (
 	"github.com/envd-dev/envd/internal/daemon"
 )
 
+// The tests of this package run one at a time, never t.Parallel: at
+// shutdown a daemon signals every child of its process, as envd must (it is
+// the subreaper and the only daemon in its process), so one test's shutdown
+// would kill the processes another test started.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		// daemon.Run makes this process a subreaper; its reap loop lives as
@@ -173,7 +177,6 @@ func getHealth(c *http.Client, url string) (int, error) {
 }
 
 func TestRunServesTCPAndUnix(t *testing.T) {
-	t.Parallel()
 	r := start(t, daemon.Config{})
 	for name, tc := range map[string]struct {
 		c   *http.Client
@@ -208,7 +211,6 @@ func TestRunServesTCPAndUnix(t *testing.T) {
 // TestRunReplacesStaleSocket: a socket file left by a crashed envd does not
 // stop the next one from starting.
 func TestRunReplacesStaleSocket(t *testing.T) {
-	t.Parallel()
 	path := filepath.Join(t.TempDir(), "stale.sock")
 	ln, err := net.Listen("unix", path)
 	if err != nil {
@@ -225,7 +227,6 @@ func TestRunReplacesStaleSocket(t *testing.T) {
 }
 
 func TestRunErrors(t *testing.T) {
-	t.Parallel()
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -340,7 +341,6 @@ func startProcess(t *testing.T, pc processconnect.ProcessClient, cmd string, arg
 // TestShutdownStopsChildren: at shutdown, a child that ignores SIGTERM is
 // killed after the grace period, and Run returns nil soon after.
 func TestShutdownStopsChildren(t *testing.T) {
-	t.Parallel()
 	const grace = 500 * time.Millisecond
 	r := start(t, daemon.Config{ShutdownGrace: grace})
 	pc := processconnect.NewProcessClient(tcpClient(t), "http://"+r.tcp, connect.WithProtoJSON())
@@ -377,7 +377,6 @@ func TestShutdownStopsChildren(t *testing.T) {
 // TestShutdownEndsStreams: a client following a process sees its stream end
 // at shutdown instead of hanging.
 func TestShutdownEndsStreams(t *testing.T) {
-	t.Parallel()
 	r := start(t, daemon.Config{ShutdownGrace: 300 * time.Millisecond})
 	pc := processconnect.NewProcessClient(tcpClient(t), "http://"+r.tcp, connect.WithProtoJSON())
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
