@@ -518,8 +518,10 @@ func (e *Engine) Interrupt(contextID string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	// An execution that has sent its end may still be restoring env vars:
+	// the context counts as idle, and the restore is not interrupted.
 	x := c.Current()
-	if x == nil {
+	if x == nil || x.End() != nil {
 		return false, nil
 	}
 	x.Interrupt()
