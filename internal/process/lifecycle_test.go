@@ -490,3 +490,30 @@ func TestManyProcesses(t *testing.T) {
 		}
 	}
 }
+
+// TestStdinNotRead: input to a program that does not read it fills the pipe;
+// the SendInput then ends with its request instead of holding the input lock
+// for ever, and CloseStdin still works at once.
+func TestStdinNotRead(t *testing.T) {
+	t.Parallel()
+	s := processtest.New(t, processtest.Options{})
+	c := s.Client(t, processtest.ClientOptions{})
+	w := start(t, c, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/sleep", Args: []string{"30"}}, Stdin: ptr(true)})
+	pid := w.Pid(t)
+	big := make([]byte, 4<<20) // more than any pipe holds
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pid), Input: &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: big}}}))
+	if code := connect.CodeOf(err); code != connect.CodeDeadlineExceeded && code != connect.CodeCanceled {
+		t.Fatalf("SendInput to a program not reading stdin: %v, want deadline_exceeded or canceled", err)
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), waitShort)
+	defer ccancel()
+	if _, err := c.CloseStdin(cctx, connect.NewRequest(&pb.CloseStdinRequest{Process: pidSel(pid)})); err != nil {
+		t.Fatalf("CloseStdin after the cut-short input: %v", err)
+	}
+	if _, err := c.SendSignal(cctx, connect.NewRequest(&pb.SendSignalRequest{Process: pidSel(pid), Signal: pb.Signal_SIGNAL_SIGKILL})); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	checkEnd(t, w.End(t, waitShort), killed)
+}

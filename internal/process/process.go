@@ -10,6 +10,7 @@
 package process
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -138,8 +139,10 @@ func (p *Process) Output() *outbuf.Cursor {
 	return p.log.Cursor(outbuf.Oldest)
 }
 
-// WriteStdin writes b to the process's stdin pipe.
-func (p *Process) WriteStdin(b []byte) error {
+// WriteStdin writes b to the process's stdin pipe. A program that does not
+// read its stdin fills the pipe and the write waits: until ctx ends, which
+// then cuts it short (part of b may have been written).
+func (p *Process) WriteStdin(ctx context.Context, b []byte) error {
 	if p.tty != nil {
 		return fmt.Errorf("%w: process %d runs on a terminal: send its input as pty input", ErrWrongState, p.pid)
 	}
@@ -148,20 +151,43 @@ func (p *Process) WriteStdin(b []byte) error {
 	if p.stdin == nil {
 		return fmt.Errorf("%w: stdin of process %d is not enabled or already closed", ErrWrongState, p.pid)
 	}
-	if _, err := p.stdin.Write(b); err != nil {
+	if err := writeCtx(ctx, p.stdin, b); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("write to stdin of process %d: it is not reading its input: %w", p.pid, ctx.Err())
+		}
 		return fmt.Errorf("%w: write to stdin of process %d: %v", ErrWrongState, p.pid, err)
 	}
 	return nil
 }
 
-// WritePTY writes b to the process's terminal, as if typed.
-func (p *Process) WritePTY(b []byte) error {
+// writeCtx writes b to f, a pipe or terminal in Go's poller, giving up when
+// ctx ends: the input lock is then released for the next writer or a close.
+func writeCtx(ctx context.Context, f *os.File, b []byte) error {
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		f.SetWriteDeadline(time.Now())
+		close(fired)
+	})
+	_, err := f.Write(b)
+	if !stop() {
+		<-fired
+		f.SetWriteDeadline(time.Time{})
+	}
+	return err
+}
+
+// WritePTY writes b to the process's terminal, as if typed; like
+// WriteStdin, a write the program does not take ends with ctx.
+func (p *Process) WritePTY(ctx context.Context, b []byte) error {
 	if p.tty == nil {
 		return fmt.Errorf("%w: process %d has no terminal: send its input as stdin", ErrWrongState, p.pid)
 	}
 	p.inMu.Lock()
 	defer p.inMu.Unlock()
-	if _, err := p.tty.Write(b); err != nil {
+	if err := writeCtx(ctx, p.tty, b); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("write to terminal of process %d: it is not reading its input: %w", p.pid, ctx.Err())
+		}
 		return fmt.Errorf("%w: write to terminal of process %d: %v", ErrWrongState, p.pid, err)
 	}
 	return nil

@@ -244,18 +244,18 @@ func (s *Service) SendInput(ctx context.Context, req *connect.Request[pb.SendInp
 	if err != nil {
 		return nil, err
 	}
-	if err := writeInput(p, req.Msg.GetInput()); err != nil {
+	if err := writeInput(ctx, p, req.Msg.GetInput()); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&pb.SendInputResponse{}), nil
 }
 
-func writeInput(p *Process, in *pb.ProcessInput) error {
+func writeInput(ctx context.Context, p *Process, in *pb.ProcessInput) error {
 	switch v := in.GetInput().(type) {
 	case *pb.ProcessInput_Stdin:
-		return toConnectErr(p.WriteStdin(v.Stdin))
+		return toConnectErr(p.WriteStdin(ctx, v.Stdin))
 	case *pb.ProcessInput_Pty:
-		return toConnectErr(p.WritePTY(v.Pty))
+		return toConnectErr(p.WritePTY(ctx, v.Pty))
 	default:
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("input is missing: give input.stdin or input.pty"))
 	}
@@ -276,7 +276,7 @@ func (s *Service) StreamInput(ctx context.Context, stream *connect.ClientStream[
 			if p == nil {
 				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the first message must be start, naming the process"))
 			}
-			if err := writeInput(p, ev.Data.GetInput()); err != nil {
+			if err := writeInput(ctx, p, ev.Data.GetInput()); err != nil {
 				return nil, err
 			}
 		case *pb.StreamInputRequest_Keepalive:

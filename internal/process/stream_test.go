@@ -1,6 +1,7 @@
 package process_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -150,7 +151,7 @@ func TestPacedReaders(t *testing.T) {
 		for j := range chunk {
 			chunk[j] = byte(i)
 		}
-		if err := p.WriteStdin(chunk); err != nil {
+		if err := p.WriteStdin(context.Background(), chunk); err != nil {
 			t.Fatalf("WriteStdin #%d: %v", i, err)
 		}
 		deadline := time.After(waitShort)
