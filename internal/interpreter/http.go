@@ -40,6 +40,10 @@ type HTTPOptions struct {
 	ReadyWait time.Duration
 }
 
+// defaultReadyWait bounds how long a request of either adapter waits for
+// Jupyter by default: under the 60 s the SDKs wait for response headers.
+const defaultReadyWait = 50 * time.Second
+
 // NewHTTP returns the API over eng; a nil eng answers 503 everywhere
 // (envd runs with -no-jupyter).
 func NewHTTP(eng *Engine, opts HTTPOptions) *HTTP {
@@ -50,7 +54,7 @@ func NewHTTP(eng *Engine, opts HTTPOptions) *HTTP {
 		opts.Keepalive = 5 * time.Second
 	}
 	if opts.ReadyWait <= 0 {
-		opts.ReadyWait = 50 * time.Second
+		opts.ReadyWait = defaultReadyWait
 	}
 	return &HTTP{eng: eng, log: opts.Logger, keepalive: opts.Keepalive, readyWait: opts.ReadyWait}
 }

@@ -68,7 +68,7 @@ func NewService(eng *Engine, opts ServiceOptions) *Service {
 		opts.Logger = slog.Default()
 	}
 	if opts.ReadyWait <= 0 {
-		opts.ReadyWait = 50 * time.Second
+		opts.ReadyWait = defaultReadyWait
 	}
 	return &Service{eng: eng, log: opts.Logger, readyWait: opts.ReadyWait}
 }
