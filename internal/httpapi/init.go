@@ -31,6 +31,12 @@ type initRequest struct {
 	Timestamp      *time.Time         `json:"timestamp"`
 }
 
+// maxInitBody bounds the body of POST /init, which is read whole: its env
+// vars must fit in a process's environment anyway (2 MiB of execve
+// arguments and environment with the usual stack limit, shared with the
+// command line), so half of that leaves room for the rest.
+const maxInitBody = 1 << 20
+
 // Clock skew /init tolerates before it sets the clock (with SetClock): the
 // machine may be this much behind the orchestrator, or this much ahead.
 const (
@@ -45,8 +51,12 @@ func (a *API) handleInit(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Envd-Version", a.o.Version)
 	w.Header().Set("Cache-Control", "no-store")
 	var req initRequest
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxInitBody))
 	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			server.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("/init body larger than %d bytes: send fewer or shorter envVars", maxInitBody))
+			return
+		}
 		server.WriteError(w, http.StatusBadRequest, fmt.Sprintf("read /init body: %v", err))
 		return
 	}

@@ -108,6 +108,11 @@ func TestInit(t *testing.T) {
 
 	check(init("", ""), 204, "")
 	check(init("{not json", ""), 400, "invalid /init body")
+	// A body over the cap is refused as too large, and changes nothing.
+	check(init(`{"envVars":{"BIG":"`+strings.Repeat("x", 1<<20)+`"}}`, ""), 413, "/init body larger than 1048576 bytes")
+	if m := envs(); m["BIG"] != "" {
+		t.Error("a refused /init set env vars")
+	}
 	check(init(`{"envVars":{"A":"1","E2B_SANDBOX":"false"}}`, ""), 204, "")
 	if m := envs(); m["A"] != "1" || m["E2B_SANDBOX"] != "true" {
 		t.Errorf("envs %v: A set, E2B_SANDBOX kept", m)

@@ -66,10 +66,27 @@ func (i *userInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 	}
 }
 
+// MaxMessageBytes bounds every message a client sends to a Connect
+// procedure of envd: the one message of a unary call, and each message of a
+// stream (StreamInput's chunks), compressed or not. A larger one fails the
+// call with resource_exhausted after at most this much was buffered; the rest
+// of the body is read and dropped, never kept.
+//
+// The largest messages a client has reason to send are process input
+// (SendInput, StreamInput: bytes, base64 in JSON, so 3 MiB of input fits
+// the JSON codec and 4 MiB the binary one; bigger input goes in several
+// messages), a process's command line and environment (execve takes 2 MiB
+// of them at most with the usual 8 MiB stack limit) and the code of an
+// execution. 4 MiB holds each of them with margin, while a client cannot
+// make envd hold more than that per call.
+const MaxMessageBytes = 4 << 20
+
 // HandlerOptions are the options every Connect service of envd is built
-// with: panics are recovered and logged, and the run-as user is resolved.
+// with: panics are recovered and logged, the run-as user is resolved, and
+// messages are bounded by MaxMessageBytes.
 func HandlerOptions(logger *slog.Logger, d *defaults.Defaults) []connect.HandlerOption {
 	return []connect.HandlerOption{
+		connect.WithReadMaxBytes(MaxMessageBytes),
 		connect.WithInterceptors(UserInterceptor(d)),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, v any) error {
 			logger.Error("procedure panicked", "procedure", spec.Procedure, "panic", fmt.Sprint(v))
