@@ -17,7 +17,8 @@ var (
 	ErrPermission = errors.New("permission denied")
 	ErrLoop       = errors.New("too many levels of symbolic links")
 	ErrNoSpace    = errors.New("not enough disk space")
-	ErrLagging    = errors.New("events lost") // a watcher's queue overflowed
+	ErrLagging    = errors.New("events lost")   // a watcher's queue overflowed
+	ErrLimit      = errors.New("limit reached") // one of envd's own limits (Options), not the system's
 	ErrClosed     = errors.New("closed")
 )
 

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"github.com/envd-dev/envd/internal/identity"
 )
 
@@ -36,7 +38,26 @@ type Options struct {
 	WatcherIdle time.Duration
 	// MaxListEntries bounds one ListDir. Zero: 1,000,000.
 	MaxListEntries int
+	// MaxWatches bounds the watches envd holds at once: WatchDir streams
+	// and polling watchers together. One more fails with ErrLimit. Each
+	// can queue WatchQueue events for its reader. Zero: DefaultMaxWatches.
+	MaxWatches int
+	// MaxWatchedDirs bounds the directories all watches together watch: a
+	// watch holds one, a recursive watch one per directory below its root.
+	// A watch that would go over fails with ErrLimit, at its start or, for
+	// a recursive watch whose tree grows, later. Zero: DefaultMaxWatchedDirs.
+	MaxWatchedDirs int
+	// Clock is the clock of polling watchers' idle time. Zero: the real one.
+	Clock quartz.Clock
 }
+
+// Default limits of watches: a few hundred watches cover any client's
+// needs, and their memory stays bounded (envd holds about 200 bytes per
+// watched directory, the kernel about 1 KiB per inotify watch).
+const (
+	DefaultMaxWatches     = 256
+	DefaultMaxWatchedDirs = 65536
+)
 
 // Files performs filesystem operations as users. Close it to stop its
 // watchers.
@@ -46,6 +67,7 @@ type Files struct {
 	commits  *commitNotes
 	hub      *hub
 	watchers *registry
+	limits   *watchLimits
 }
 
 // New returns a Files with no watcher yet.
@@ -62,9 +84,19 @@ func New(o Options) *Files {
 	if o.MaxListEntries <= 0 {
 		o.MaxListEntries = 1_000_000
 	}
+	if o.MaxWatches <= 0 {
+		o.MaxWatches = DefaultMaxWatches
+	}
+	if o.MaxWatchedDirs <= 0 {
+		o.MaxWatchedDirs = DefaultMaxWatchedDirs
+	}
+	if o.Clock == nil {
+		o.Clock = quartz.NewReal()
+	}
 	f := &Files{opts: o, log: o.Logger, commits: newCommitNotes()}
 	f.hub = newHub(f.log)
-	f.watchers = newRegistry(f, o.WatcherIdle)
+	f.watchers = newRegistry(f, o.WatcherIdle, o.Clock)
+	f.limits = &watchLimits{maxWatches: o.MaxWatches, maxDirs: o.MaxWatchedDirs}
 	return f
 }
 

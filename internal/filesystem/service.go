@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -53,7 +55,7 @@ func toConnectErr(err error) error {
 		code = connect.CodePermissionDenied
 	case errors.Is(err, ErrLoop):
 		code = connect.CodeFailedPrecondition
-	case errors.Is(err, ErrNoSpace):
+	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrLimit):
 		code = connect.CodeResourceExhausted
 	case errors.Is(err, ErrLagging):
 		code = connect.CodeDataLoss
@@ -247,18 +249,35 @@ func (s *Service) RemoveWatcher(ctx context.Context, req *connect.Request[pb.Rem
 	return connect.NewResponse(&pb.RemoveWatcherResponse{}), nil
 }
 
-// EntryInfo is e on the wire.
+// wireString is s as a proto string, which must be valid UTF-8 or the whole
+// message fails to marshal. A Linux file name is any bytes but "/" and NUL,
+// and any user can make one that is not UTF-8 (in /tmp, say): such a name is
+// sent with each run of invalid bytes replaced by U+FFFD, as
+// strings.ToValidUTF8 does. The entry is still listed and the watch goes on;
+// only that one name is lossy, and may not address the file it names.
+func wireString(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// EntryInfo is e on the wire. Names and paths are made valid UTF-8
+// (wireString).
 func EntryInfo(e Entry) *pb.EntryInfo {
 	out := &pb.EntryInfo{
-		Name:          e.Name,
-		Path:          e.Path,
-		Size:          e.Size,
-		Mode:          uint32(e.Perm),
-		Permissions:   e.Mode.String(),
-		Owner:         e.Owner,
-		Group:         e.Group,
-		SymlinkTarget: e.SymlinkTarget,
-		Metadata:      e.Metadata,
+		Name:        wireString(e.Name),
+		Path:        wireString(e.Path),
+		Size:        e.Size,
+		Mode:        uint32(e.Perm),
+		Permissions: e.Mode.String(),
+		Owner:       wireString(e.Owner),
+		Group:       wireString(e.Group),
+		Metadata:    e.Metadata, // only valid UTF-8 is read (readMetadata)
+	}
+	if e.SymlinkTarget != nil {
+		target := wireString(*e.SymlinkTarget)
+		out.SymlinkTarget = &target
 	}
 	switch e.Type {
 	case TypeFile:
@@ -272,9 +291,10 @@ func EntryInfo(e Entry) *pb.EntryInfo {
 	return out
 }
 
-// FilesystemEvent is e on the wire.
+// FilesystemEvent is e on the wire; its name is made valid UTF-8
+// (wireString).
 func FilesystemEvent(e Event) *pb.FilesystemEvent {
-	out := &pb.FilesystemEvent{Name: e.Name}
+	out := &pb.FilesystemEvent{Name: wireString(e.Name)}
 	switch e.Type {
 	case EventCreate:
 		out.Type = pb.EventType_EVENT_TYPE_CREATE

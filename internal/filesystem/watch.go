@@ -102,6 +102,9 @@ func (f *Files) Watch(u *identity.User, dir string, o WatchOptions) (*Watch, err
 	if err := checkPath(dir); err != nil {
 		return nil, err
 	}
+	if err := f.limits.addWatch(dir); err != nil {
+		return nil, err
+	}
 	w := &Watch{
 		f: f, u: u, root: filepath.Clean(dir), opts: o,
 		raw:   make(chan fsnotify.Event, f.opts.WatchQueue),
@@ -133,6 +136,7 @@ func (f *Files) Watch(u *identity.User, dir string, o WatchOptions) (*Watch, err
 	})
 	if err != nil {
 		w.dropAll()
+		f.limits.dropWatch()
 		return nil, err
 	}
 	go w.pump()
@@ -158,6 +162,7 @@ func (w *Watch) Close() {
 		close(w.stop)
 		<-w.done
 		w.dropAll()
+		w.f.limits.dropWatch()
 		w.fail(newErr(ErrClosed, nil, "watch of %s was stopped", w.root))
 	})
 }
@@ -339,10 +344,19 @@ func (w *Watch) rel(path string) string {
 // already inside it is reported created: it may have been made before the
 // directory was watched, as by mkdir -p. It runs inside User.Do, so a
 // directory u may not read is not watched. Only an error on the root, or
-// running out of inotify watches, is returned; other directories that cannot
-// be watched (gone, unreadable) are skipped.
+// running out of inotify watches or of envd's MaxWatchedDirs, is returned;
+// other directories that cannot be watched (gone, unreadable) are skipped.
 func (w *Watch) addTree(dir string, root bool, names *nameCache, out *[]Event) error {
+	counted := w.dirs[dir]
+	if !counted {
+		if err := w.f.limits.addDir(w.root, dir); err != nil {
+			return err
+		}
+	}
 	if err := w.f.hub.add(dir, w); err != nil {
+		if !counted {
+			w.f.limits.dropDirs(1)
+		}
 		switch {
 		case errors.Is(err, unix.ENOSPC):
 			return newErr(ErrNoSpace, err, "cannot watch %s: the system's limit of inotify watches is reached (fs.inotify.max_user_watches)", dir)
@@ -392,11 +406,13 @@ func (w *Watch) dropTree(dir string) {
 		if d == dir || (len(d) > len(dir) && d[:len(dir)] == dir && d[len(dir)] == '/') {
 			w.f.hub.remove(d, w)
 			delete(w.dirs, d)
+			w.f.limits.dropDirs(1)
 		}
 	}
 }
 
 func (w *Watch) dropAll() {
+	w.f.limits.dropDirs(len(w.dirs))
 	for d := range w.dirs {
 		w.f.hub.remove(d, w)
 		delete(w.dirs, d)

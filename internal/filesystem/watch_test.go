@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/coder/quartz"
 
 	pb "github.com/envd-dev/envd/gen/filesystem"
 	"github.com/envd-dev/envd/internal/filesystem"
@@ -24,8 +25,10 @@ type watching struct {
 	events []*pb.FilesystemEvent
 	keeps  int
 	err    error
-	done   chan struct{}
-	cancel context.CancelFunc
+	// changed is signalled after each message the goroutine collected.
+	changed chan struct{}
+	done    chan struct{}
+	cancel  context.CancelFunc
 }
 
 func watch(t *testing.T, c interface {
@@ -40,12 +43,14 @@ func watch(t *testing.T, c interface {
 	for k, v := range header {
 		r.Header()[k] = v
 	}
+	w := &watching{changed: make(chan struct{}, 1), done: make(chan struct{}), cancel: cancel}
 	stream, err := c.WatchDir(cctx, r)
 	if err != nil {
 		cancel()
-		t.Fatal(err)
+		w.err = err
+		close(w.done)
+		return w
 	}
-	w := &watching{done: make(chan struct{}), cancel: cancel}
 	started := make(chan error, 1)
 	go func() {
 		defer close(w.done)
@@ -70,6 +75,10 @@ func watch(t *testing.T, c interface {
 				w.keeps++
 			}
 			w.mu.Unlock()
+			select {
+			case w.changed <- struct{}{}:
+			default:
+			}
 		}
 		w.mu.Lock()
 		w.err = stream.Err()
@@ -101,8 +110,10 @@ func evName(e *pb.FilesystemEvent) string {
 // waitFor waits until every one of want ("create f.txt") was seen.
 func (w *watching) waitFor(t *testing.T, want ...string) []*pb.FilesystemEvent {
 	t.Helper()
-	deadline := time.Now().Add(waitShort)
+	timeout := time.NewTimer(waitShort)
+	defer timeout.Stop()
 	for {
+		ended := isDone(w.done) // before the snapshot, which then holds every event
 		evs := w.snapshot()
 		var got []string
 		for _, e := range evs {
@@ -118,11 +129,38 @@ func (w *watching) waitFor(t *testing.T, want ...string) []*pb.FilesystemEvent {
 		if missing == "" {
 			return evs
 		}
-		if time.Now().After(deadline) {
+		if ended {
+			t.Fatalf("no %q event before the stream ended (%v); got %q", missing, w.streamErr(), got)
+		}
+		select {
+		case <-w.changed:
+		case <-w.done:
+		case <-timeout.C:
 			t.Fatalf("no %q event; got %q", missing, got)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+func isDone(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *watching) streamErr() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// keepalives is how many keepalives the stream sent so far.
+func (w *watching) keepalives() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.keeps
 }
 
 func indexOf(evs []*pb.FilesystemEvent, want string) int {
@@ -243,16 +281,28 @@ func TestWatchDirNotRecursive(t *testing.T) {
 func TestWatchDirKeepaliveAndDeadline(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	w := watch(t, e.root, &pb.WatchDirRequest{Path: workdir(t)}, http.Header{"Keepalive-Ping-Interval": {"1"}}, 2500*time.Millisecond)
+	dir := workdir(t)
+	// A quiet watch sends keepalives at the interval the client asked for.
+	w := watch(t, e.root, &pb.WatchDirRequest{Path: dir}, http.Header{"Keepalive-Ping-Interval": {"1"}}, 0)
+	timeout := time.NewTimer(waitShort)
+	defer timeout.Stop()
+	for w.keepalives() == 0 {
+		select {
+		case <-w.changed:
+		case <-w.done:
+			t.Fatalf("the stream ended without a keepalive: %v", w.streamErr())
+		case <-timeout.C:
+			t.Fatalf("no keepalive in %v at 1 s intervals", waitShort)
+		}
+	}
+	// It ends at the request's deadline.
+	w = watch(t, e.root, &pb.WatchDirRequest{Path: dir}, nil, 200*time.Millisecond)
 	select {
 	case <-w.done:
-	case <-time.After(waitShort):
+	case <-timeout.C:
 		t.Fatal("the stream did not end at its deadline")
 	}
-	if w.keeps < 1 {
-		t.Errorf("%d keepalives in 2.5 s at 1 s intervals", w.keeps)
-	}
-	wantErr(t, w.err, connect.CodeDeadlineExceeded)
+	wantErr(t, w.streamErr(), connect.CodeDeadlineExceeded)
 }
 
 func TestWatchDirErrors(t *testing.T) {
@@ -344,6 +394,39 @@ func TestHundredWatchers(t *testing.T) {
 	}
 }
 
+// pollUntil polls the watcher until done holds for what it collected,
+// which it returns; GetWatcherEvents is a polling API, so this test polls
+// it, every few milliseconds.
+func pollUntil(t *testing.T, c interface {
+	GetWatcherEvents(context.Context, *connect.Request[pb.GetWatcherEventsRequest]) (*connect.Response[pb.GetWatcherEventsResponse], error)
+}, id string, done func(got []string, err error) bool) []string {
+	t.Helper()
+	timeout := time.NewTimer(waitShort)
+	defer timeout.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var got []string
+	for {
+		evs, err := c.GetWatcherEvents(ctx(t), connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id}))
+		if err == nil {
+			for _, ev := range evs.Msg.GetEvents() {
+				got = append(got, evName(ev))
+			}
+		}
+		if done(got, err) {
+			return got
+		}
+		if err != nil {
+			t.Fatalf("GetWatcherEvents: %v (after %q)", err, got)
+		}
+		select {
+		case <-tick.C:
+		case <-timeout.C:
+			t.Fatalf("polled for %v; got %q, %v", waitShort, got, err)
+		}
+	}
+}
+
 func TestPollingWatcher(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
@@ -358,20 +441,10 @@ func TestPollingWatcher(t *testing.T) {
 	}
 	os.WriteFile(dir+"/x", []byte("x"), 0o644)
 	os.Mkdir(dir+"/s", 0o755)
-	time.Sleep(100 * time.Millisecond)
+	// Once its creation is reported, s is watched too.
+	got := pollUntil(t, e.user, id, func(got []string, _ error) bool { return slices.Contains(got, "create s") })
 	os.WriteFile(dir+"/s/y", []byte("y"), 0o644)
-	var got []string
-	deadline := time.Now().Add(waitShort)
-	for !slices.Contains(got, "write s/y") && time.Now().Before(deadline) {
-		evs, err := e.user.GetWatcherEvents(ctx(t), connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range evs.Msg.GetEvents() {
-			got = append(got, evName(ev))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	got = append(got, pollUntil(t, e.user, id, func(got []string, _ error) bool { return slices.Contains(got, "write s/y") })...)
 	for _, want := range []string{"create x", "write x", "create s", "create s/y", "write s/y"} {
 		if !slices.Contains(got, want) {
 			t.Errorf("no %q in %q", want, got)
@@ -393,24 +466,41 @@ func TestPollingWatcher(t *testing.T) {
 	wantErr(t, err, connect.CodeNotFound)
 }
 
+// A polling watcher lives as long as it is polled within its idle time, and
+// is removed once nobody polled it for longer. The janitor runs every
+// idle/4 on a mock clock: each Advance waits for its sweep.
 func TestPollingWatcherNobodyPolls(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, filesystem.Options{WatcherIdle: 2 * time.Second})
+	const idle = 2 * time.Second
+	clock := quartz.NewMock(t)
+	e := newEnv(t, filesystem.Options{WatcherIdle: idle, Clock: clock})
 	res, err := e.root.CreateWatcher(ctx(t), connect.NewRequest(&pb.CreateWatcherRequest{Path: workdir(t)}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := res.Msg.GetWatcherId()
-	// Polled often enough, it lives on.
-	for range 5 {
-		time.Sleep(100 * time.Millisecond)
-		if _, err := e.root.GetWatcherEvents(ctx(t), connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id})); err != nil {
+	poll := func() error {
+		_, err := e.root.GetWatcherEvents(ctx(t), connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id}))
+		return err
+	}
+	// Polled every idle/4, it lives on, for 4 idle times.
+	for range 16 {
+		clock.Advance(idle / 4).MustWait(ctx(t))
+		if err := poll(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(5 * time.Second)
-	_, err = e.root.GetWatcherEvents(ctx(t), connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id}))
-	wantErr(t, err, connect.CodeNotFound)
+	// Not polled: idle is not over after 4 sweeps, it is after a fifth.
+	for range 4 {
+		clock.Advance(idle / 4).MustWait(ctx(t))
+	}
+	if err := poll(); err != nil {
+		t.Fatalf("removed after exactly its idle time: %v", err)
+	}
+	for range 5 {
+		clock.Advance(idle / 4).MustWait(ctx(t))
+	}
+	wantErr(t, poll(), connect.CodeNotFound)
 }
 
 // A reader that lets events pile up loses the watch, with a clear error;
@@ -426,20 +516,16 @@ func TestWatcherQueueIsBounded(t *testing.T) {
 	for i := range 200 {
 		os.WriteFile(fmt.Sprintf("%s/f%d", dir, i), []byte("x"), 0o644)
 	}
-	deadline := time.Now().Add(waitShort)
-	for {
-		_, err := e.root.GetWatcherEvents(ctx(t), connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: res.Msg.GetWatcherId()}))
+	pollUntil(t, e.root, res.Msg.GetWatcherId(), func(_ []string, err error) bool {
 		if err != nil {
 			wantErr(t, err, connect.CodeDataLoss, "fell behind", "watch again")
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher never failed")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	w := watch(t, e.root, &pb.WatchDirRequest{Path: dir}, nil, 0)
-	os.WriteFile(dir+"/later", nil, 0o644)
+		return err != nil
+	})
+	// Another directory: the hub may still be routing the flood to dir.
+	other := workdir(t)
+	w := watch(t, e.root, &pb.WatchDirRequest{Path: other}, nil, 0)
+	os.WriteFile(other+"/later", nil, 0o644)
 	w.waitFor(t, "create later")
 }
 

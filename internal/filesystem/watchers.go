@@ -1,9 +1,12 @@
 package filesystem
 
 import (
+	"context"
 	"crypto/rand"
 	"sync"
 	"time"
+
+	"github.com/coder/quartz"
 
 	"github.com/envd-dev/envd/internal/identity"
 )
@@ -12,14 +15,15 @@ import (
 // the request that made them, read with GetWatcherEvents. One nobody polls
 // for idle is removed.
 type registry struct {
-	f    *Files
-	idle time.Duration
+	f     *Files
+	idle  time.Duration
+	clock quartz.Clock
 
-	mu      sync.Mutex
-	byID    map[string]*polled // guarded by mu
-	janitor chan struct{}      // guarded by mu; closed to stop the janitor, nil when none runs
-	stopped chan struct{}      // guarded by mu; closed when the janitor ended
-	closed  bool               // guarded by mu
+	mu         sync.Mutex
+	byID       map[string]*polled // guarded by mu
+	stopSweep  func()             // guarded by mu; stops the janitor, nil when none runs
+	sweepEnded quartz.Waiter      // guarded by mu; the janitor's
+	closed     bool               // guarded by mu
 }
 
 type polled struct {
@@ -27,8 +31,8 @@ type polled struct {
 	lastPoll time.Time // guarded by registry.mu
 }
 
-func newRegistry(f *Files, idle time.Duration) *registry {
-	return &registry{f: f, idle: idle, byID: map[string]*polled{}}
+func newRegistry(f *Files, idle time.Duration, clock quartz.Clock) *registry {
+	return &registry{f: f, idle: idle, clock: clock, byID: map[string]*polled{}}
 }
 
 // CreateWatcher starts a polling watcher of dir as u and returns its id.
@@ -48,10 +52,11 @@ func (f *Files) CreateWatcher(u *identity.User, dir string, o WatchOptions) (str
 	for r.byID[id] != nil {
 		id = watcherID()
 	}
-	r.byID[id] = &polled{w: w, lastPoll: time.Now()}
-	if r.janitor == nil {
-		r.janitor, r.stopped = make(chan struct{}), make(chan struct{})
-		go r.sweep(r.janitor, r.stopped)
+	r.byID[id] = &polled{w: w, lastPoll: r.clock.Now("watchers", "poll")}
+	if r.stopSweep == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		r.stopSweep = cancel
+		r.sweepEnded = r.clock.TickerFunc(ctx, max(r.idle/4, 10*time.Millisecond), r.sweep, "watchers", "sweep")
 	}
 	return id, nil
 }
@@ -64,7 +69,7 @@ func (f *Files) GetWatcherEvents(id string) ([]Event, error) {
 	r.mu.Lock()
 	p := r.byID[id]
 	if p != nil {
-		p.lastPoll = time.Now()
+		p.lastPoll = r.clock.Now("watchers", "poll")
 	}
 	r.mu.Unlock()
 	if p == nil {
@@ -91,31 +96,24 @@ func (f *Files) RemoveWatcher(id string) error {
 	return nil
 }
 
-// sweep removes the watchers nobody polled for r.idle, until stop closes.
-func (r *registry) sweep(stop, stopped chan struct{}) {
-	defer close(stopped)
-	t := time.NewTicker(max(r.idle/4, 10*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case now := <-t.C:
-			var idle []*polled
-			r.mu.Lock()
-			for id, p := range r.byID {
-				if now.Sub(p.lastPoll) > r.idle {
-					idle = append(idle, p)
-					delete(r.byID, id)
-				}
-			}
-			r.mu.Unlock()
-			for _, p := range idle {
-				r.f.log.Info("removed a watcher nobody polled", "path", p.w.root, "idle", r.idle)
-				p.w.Close()
-			}
+// sweep removes the watchers nobody polled for r.idle. The janitor, a
+// ticker of idle/4, calls it.
+func (r *registry) sweep() error {
+	var idle []*polled
+	r.mu.Lock()
+	now := r.clock.Now("watchers", "sweep")
+	for id, p := range r.byID {
+		if now.Sub(p.lastPoll) > r.idle {
+			idle = append(idle, p)
+			delete(r.byID, id)
 		}
 	}
+	r.mu.Unlock()
+	for _, p := range idle {
+		r.f.log.Info("removed a watcher nobody polled", "path", p.w.root, "idle", r.idle)
+		p.w.Close()
+	}
+	return nil
 }
 
 func (r *registry) close() {
@@ -123,12 +121,12 @@ func (r *registry) close() {
 	r.closed = true
 	all := r.byID
 	r.byID = map[string]*polled{}
-	stop, stopped := r.janitor, r.stopped
-	r.janitor, r.stopped = nil, nil
+	stop, ended := r.stopSweep, r.sweepEnded
+	r.stopSweep, r.sweepEnded = nil, nil
 	r.mu.Unlock()
 	if stop != nil {
-		close(stop)
-		<-stopped
+		stop()
+		ended.Wait() // context.Canceled: it was stopped
 	}
 	for _, p := range all {
 		p.w.Close()
