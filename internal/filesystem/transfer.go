@@ -48,6 +48,30 @@ func (f *Files) Open(u *identity.User, path string) (*os.File, error) {
 	return file, err
 }
 
+// syntheticFS are the filesystems whose files the kernel makes up as they
+// are read, by statfs magic.
+var syntheticFS = map[int64]bool{
+	unix.PROC_SUPER_MAGIC:    true,
+	unix.SYSFS_MAGIC:         true,
+	unix.DEBUGFS_MAGIC:       true,
+	unix.TRACEFS_MAGIC:       true,
+	unix.SECURITYFS_MAGIC:    true,
+	unix.CGROUP_SUPER_MAGIC:  true,
+	unix.CGROUP2_SUPER_MAGIC: true,
+}
+
+// SizeUnknown tells whether the size stat gives for file is not its length:
+// so for procfs, sysfs and the like, whose files the kernel makes up as they
+// are read (/proc/self/status has size 0, a sysfs attribute 4096), and which
+// may not seek to their end. Read such a file to its end to know its length.
+func SizeUnknown(file *os.File) bool {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(file.Fd()), &st); err != nil {
+		return false
+	}
+	return syntheticFS[int64(st.Type)]
+}
+
 // tempPrefix starts the name of every upload's temporary file. Watchers hide
 // files named so: an upload shows as its target being created and written.
 const tempPrefix = ".envd-upload-"

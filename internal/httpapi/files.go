@@ -10,6 +10,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -109,6 +110,10 @@ func (a *API) download(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Vary", "Accept-Encoding")
 	h.Set("Content-Disposition", contentDisposition(name))
+	if filesystem.SizeUnknown(f) {
+		a.streamUnsized(w, r, p, f, gz)
+		return
+	}
 	if !gz {
 		http.ServeContent(withReadFrom(w), r, name, fi.ModTime(), f)
 		return
@@ -131,6 +136,56 @@ func (a *API) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	zw.Close()
+}
+
+// streamUnsized sends a file whose size stat does not tell (procfs, sysfs:
+// filesystem.SizeUnknown) as reading it goes: no Content-Length, no ranges
+// (a Range header is ignored: the whole file is sent, with 200), gzip when
+// negotiated. Its type comes from its extension, else from its first bytes.
+func (a *API) streamUnsized(w http.ResponseWriter, r *http.Request, p string, f *os.File, gz bool) {
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	const sniffLen = 512 // as http.DetectContentType
+	head := (*buf)[:sniffLen]
+	n, err := io.ReadFull(f, head)
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		server.WriteError(w, http.StatusInternalServerError, fmt.Sprintf("read %s: %v", p, err))
+		return
+	}
+	head = head[:n]
+	h := w.Header()
+	ct := mime.TypeByExtension(filepath.Ext(p))
+	if ct == "" {
+		ct = http.DetectContentType(head)
+	}
+	h.Set("Content-Type", ct)
+	if gz {
+		h.Set("Content-Encoding", "gzip")
+	}
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
+	out := io.Writer(w)
+	var zw *gzip.Writer
+	if gz {
+		zw, _ = gzip.NewWriterLevel(w, gzip.BestSpeed)
+		out = zw
+	}
+	if _, err := out.Write(head); err != nil {
+		a.log.Debug("download ended early", "path", p, "err", err)
+		return
+	}
+	if n == sniffLen { // else the file ended within it
+		if _, err := io.CopyBuffer(out, onlyReader{f}, (*buf)[sniffLen:]); err != nil {
+			// The status is sent: the client sees a body cut short.
+			a.log.Debug("download ended early", "path", p, "err", err)
+			return
+		}
+	}
+	if zw != nil {
+		zw.Close()
+	}
 }
 
 type onlyReader struct{ io.Reader }
