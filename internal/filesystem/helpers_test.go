@@ -29,9 +29,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// Bounds of waits, generous: the suite runs with -race on two cores
+// shared with other work. They are limits, never the expected time.
 const (
-	waitShort = 5 * time.Second
-	waitLong  = 30 * time.Second
+	waitShort = 15 * time.Second
+	waitLong  = 60 * time.Second
 )
 
 // env is the real filesystem service served over HTTP, with clients acting

@@ -9,13 +9,14 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -57,8 +58,9 @@ func (g *generated) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// startEnvd builds cmd/envd and runs it on a free port; it is stopped with
-// SIGTERM at the end of the test.
+// startEnvd builds cmd/envd and runs it on a port the kernel picks; it
+// returns once envd logged that it started (every listener open), and is
+// stopped with SIGTERM at the end of the test.
 func startEnvd(t *testing.T) (url string, pid int) {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "envd")
@@ -67,49 +69,67 @@ func startEnvd(t *testing.T) (url string, pid int) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	var log bytes.Buffer
-	cmd := exec.Command(bin, "-host", "127.0.0.1", "-port", strconv.Itoa(port), "-code-port", "0", "-no-jupyter", "-default-user", "user")
-	cmd.Stdout, cmd.Stderr = &log, &log
+	log := &startLog{started: make(chan struct{})}
+	cmd := exec.Command(bin, "-host", "127.0.0.1", "-port", "0", "-code-port", "0", "-no-jupyter", "-default-user", "user")
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
 		select {
-		case err := <-done:
+		case err := <-exited:
 			if err != nil {
-				t.Errorf("envd exited with %v\n%s", err, log.String())
+				t.Errorf("envd exited with %v\n%s", err, log)
 			}
 		case <-time.After(20 * time.Second):
 			cmd.Process.Kill()
-			<-done
-			t.Errorf("envd did not stop on SIGTERM\n%s", log.String())
+			<-exited
+			t.Errorf("envd did not stop on SIGTERM\n%s", log)
 		}
 	})
-	url = "http://127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		res, err := http.Get(url + "/health")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 204 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("envd did not come up: %v\n%s", err, log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	select {
+	case <-log.started:
+	case err := <-exited:
+		exited <- err
+		t.Fatalf("envd exited at start: %v\n%s", err, log)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("envd did not start\n%s", log)
 	}
-	return url, cmd.Process.Pid
+	m := regexp.MustCompile(`msg=listening addr=(\S+)`).FindStringSubmatch(log.String())
+	if m == nil {
+		t.Fatalf("envd logged no address\n%s", log)
+	}
+	return "http://" + m[1], cmd.Process.Pid
+}
+
+// startLog collects envd's log and closes started once envd logged that it
+// started.
+type startLog struct {
+	started chan struct{}
+
+	mu   sync.Mutex
+	buf  bytes.Buffer // guarded by mu
+	seen bool         // guarded by mu: started is closed
+}
+
+func (l *startLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	if !l.seen && strings.Contains(l.buf.String(), `msg="envd started"`) {
+		l.seen = true
+		close(l.started)
+	}
+	return len(p), nil
+}
+
+func (l *startLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 // peakRSS is VmHWM of pid, in bytes.
@@ -198,4 +218,51 @@ func TestFiveGiBTransfer(t *testing.T) {
 		t.Errorf("envd's peak RSS %.1f MiB, want under %d MiB", float64(rss)/(1<<20), maxRSS>>20)
 	}
 	os.Remove(target)
+}
+
+// rss is VmRSS of pid, in bytes.
+func rss(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// The real daemon refuses a 64 MiB unary Connect body with
+// resource_exhausted and never holds it: its peak RSS grows by far less
+// than the body (it grew by twice the body before Connect messages were
+// capped).
+func TestDaemonRefusesHugeConnectBody(t *testing.T) {
+	t.Parallel()
+	url, pid := startEnvd(t)
+	const size = 64 << 20
+	before := rss(t, pid)
+	req, _ := http.NewRequest("POST", url+"/process.Process/List", newGenerated(size))
+	req.ContentLength = size
+	req.Header.Set("Content-Type", "application/json")
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	res, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), `"code":"resource_exhausted"`) {
+		t.Errorf("%d %s; want 429 resource_exhausted", res.StatusCode, body)
+	}
+	peak := peakRSS(t, pid)
+	t.Logf("envd RSS %.1f MiB before, peak %.1f MiB after a %d MiB body", float64(before)/(1<<20), float64(peak)/(1<<20), size>>20)
+	if grew := peak - before; grew > size/2 {
+		t.Errorf("envd's peak RSS grew by %.1f MiB for a %d MiB body", float64(grew)/(1<<20), size>>20)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 )
 
@@ -388,6 +389,31 @@ func TestUploadIsAtomic(t *testing.T) {
 	// A client that hangs up mid-body.
 	for _, mode := range []string{"content-length", "chunked"} {
 		t.Run("disconnect "+mode, func(t *testing.T) {
+			// The temporary file's creation and removal are the signals.
+			fw, err := fsnotify.NewWatcher()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fw.Close()
+			if err := fw.Add(dir); err != nil {
+				t.Fatal(err)
+			}
+			tempEvent := func(op fsnotify.Op) {
+				t.Helper()
+				timeout := time.After(waitShort)
+				for {
+					select {
+					case ev := <-fw.Events:
+						if ev.Has(op) && strings.HasPrefix(filepath.Base(ev.Name), ".envd-upload-") {
+							return
+						}
+					case err := <-fw.Errors:
+						t.Fatal(err)
+					case <-timeout:
+						t.Fatalf("no %v of a temporary file in %v", op, waitShort)
+					}
+				}
+			}
 			conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
 			if err != nil {
 				t.Fatal(err)
@@ -401,31 +427,16 @@ func TestUploadIsAtomic(t *testing.T) {
 			if _, err := io.WriteString(conn, req); err != nil {
 				t.Fatal(err)
 			}
-			// Wait until the temporary file exists, then hang up.
-			deadline := time.Now().Add(5 * time.Second)
-			for !hasTemp(dir) && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
+			// Once the temporary file exists, hang up; it goes.
+			tempEvent(fsnotify.Create)
 			conn.Close()
-			for hasTemp(dir) && time.Now().Before(deadline.Add(5*time.Second)) {
-				time.Sleep(10 * time.Millisecond)
-			}
+			tempEvent(fsnotify.Remove)
 			noTemp(t, dir)
 			if read(t, target) != "old content" {
 				t.Fatal("the target changed")
 			}
 		})
 	}
-}
-
-func hasTemp(dir string) bool {
-	des, _ := os.ReadDir(dir)
-	for _, de := range des {
-		if strings.HasPrefix(de.Name(), ".envd-upload-") {
-			return true
-		}
-	}
-	return false
 }
 
 // A full disk: 507, the old file intact, no temporary file.

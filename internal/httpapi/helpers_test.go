@@ -30,6 +30,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// waitShort bounds what should take well under a second, generously: the
+// suite runs with -race on two shared cores.
+const waitShort = 15 * time.Second
+
 // env serves the real HTTP API (with envd's middleware) on a test server.
 type env struct {
 	url   string
