@@ -70,7 +70,8 @@ func (i *userInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 // procedure of envd: the one message of a unary call, and each message of a
 // stream (StreamInput's chunks), compressed or not. A larger one fails the
 // call with resource_exhausted after at most this much was buffered; the rest
-// of the body is read and dropped, never kept.
+// of a unary body is not even read (New caps it), that of a stream's message
+// is read and dropped, never kept.
 //
 // The largest messages a client has reason to send are process input
 // (SendInput, StreamInput: bytes, base64 in JSON, so 3 MiB of input fits

@@ -1,9 +1,12 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -146,6 +149,9 @@ func TestUnaryBodyOverLimit(t *testing.T) {
 	if res.StatusCode != http.StatusTooManyRequests || e.Code != "resource_exhausted" || !strings.Contains(e.Message, "larger than configured max 4194304") {
 		t.Errorf("%d %s; want 429 resource_exhausted, larger than configured max 4194304", res.StatusCode, body)
 	}
+	if !res.Close {
+		t.Error("the connection stays open: the rest of the body is read")
+	}
 	alloc := after.TotalAlloc - before.TotalAlloc
 	t.Logf("allocated %.1f MiB while refusing a %d MiB body", float64(alloc)/(1<<20), size>>20)
 	if alloc >= size { // before the cap: more than twice the body (a growing buffer)
@@ -204,5 +210,37 @@ func TestInputMessageLimit(t *testing.T) {
 	}
 	if got := strings.TrimSpace(out.String()); got != "3145728" {
 		t.Errorf("the process read %s bytes, want 3145728: only the input that fits", got)
+	}
+}
+
+// What follows the first MaxMessageBytes of a unary body is never read, not
+// even as the next request on the connection: envd answers, then closes it.
+func TestUnaryBodyOverLimitIsNotParsed(t *testing.T) {
+	t.Parallel()
+	s := processtest.New(t, processtest.Options{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(processtest.WaitShort))
+	smuggled := "POST /process.Process/List HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+	body := strings.Repeat(" ", server.MaxMessageBytes+(1<<20)) + smuggled
+	go func() {
+		// Fails once envd closed the connection: not a failure.
+		fmt.Fprintf(conn, "POST /process.Process/List HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}()
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusTooManyRequests || !res.Close {
+		t.Errorf("%d %s, Connection: close %v; want 429, closed", res.StatusCode, b, res.Close)
+	}
+	if rest, _ := io.ReadAll(br); len(rest) > 0 {
+		t.Errorf("after the answer, envd sent %q: it read the rest of the body as a request", rest)
 	}
 }

@@ -59,7 +59,11 @@ func New(o Options) (http.Handler, error) {
 			return nil, fmt.Errorf("route %q declared twice", r.Pattern)
 		}
 		seen[r.Pattern] = true
-		if err := register(mux, r.Pattern, r.Handler); err != nil {
+		h := r.Handler
+		if isConnectService(r.Pattern) {
+			h = capUnaryBody(h)
+		}
+		if err := register(mux, r.Pattern, h); err != nil {
 			return nil, err
 		}
 		public[r.Pattern] = r.Public
@@ -70,6 +74,39 @@ func New(o Options) (http.Handler, error) {
 	h = logRequests(h, o.Logger)
 	h = recoverPanics(h, o.Logger)
 	return h, nil
+}
+
+// isConnectService tells whether pattern is that of a whole Connect
+// service: "/package.Service/".
+func isConnectService(pattern string) bool {
+	name, ok := strings.CutPrefix(pattern, "/")
+	name, ok2 := strings.CutSuffix(name, "/")
+	return ok && ok2 && strings.Contains(name, ".") && !strings.ContainsAny(name, "/ {}")
+}
+
+// capUnaryBody bounds the body of a unary Connect call (Content-Type
+// application/json or application/proto, possibly compressed) to one message
+// of MaxMessageBytes, which Connect refuses anyway: past it, the handler
+// answers resource_exhausted without reading the rest, and the connection is
+// closed. Streams (application/connect+..., gRPC) carry many messages, each
+// bounded by Connect itself.
+func capUnaryBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ct := r.Header.Get("Content-Type")
+		if r.Method == http.MethodPost && strings.HasPrefix(ct, "application/") &&
+			!strings.HasPrefix(ct, "application/connect+") && !strings.HasPrefix(ct, "application/grpc") {
+			// On a copy of the request, as http.MaxBytesHandler does: the
+			// server must still see its own body, to learn that it was
+			// left unread and close the connection rather than parse the
+			// rest of it as the next request. One byte more than the
+			// limit, so that Connect, which reads one past its limit,
+			// reports the message as too large.
+			capped := *r
+			capped.Body = http.MaxBytesReader(w, r.Body, MaxMessageBytes+1)
+			r = &capped
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // register turns a ServeMux panic on a bad or clashing pattern into an error.
