@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -70,10 +71,14 @@ type Watch struct {
 	root string
 	opts WatchOptions
 
-	// raw holds the notifications the hub routed here, for pump. The hub
-	// never blocks on it: when it is full the watch is lagging.
-	raw    chan fsnotify.Event
-	lagged atomic.Bool
+	// raw holds the notifications the hub routed here, for pump: at most
+	// Options.WatchQueue, past which the watch is lagging. The hub never
+	// blocks on it. It grows with what waits, so an idle watch costs little
+	// memory whatever its limit.
+	rawMu    sync.Mutex
+	raw      []fsnotify.Event // guarded by rawMu
+	rawReady chan struct{}    // signalled when raw gets a notification
+	lagged   atomic.Bool
 	dirs   map[string]bool // directories this watch holds in the hub; owned by pump
 
 	mu     sync.Mutex
@@ -107,7 +112,7 @@ func (f *Files) Watch(u *identity.User, dir string, o WatchOptions) (*Watch, err
 	}
 	w := &Watch{
 		f: f, u: u, root: filepath.Clean(dir), opts: o,
-		raw:   make(chan fsnotify.Event, f.opts.WatchQueue),
+		rawReady: make(chan struct{}, 1),
 		dirs:  map[string]bool{},
 		ready: make(chan struct{}, 1),
 		stop:  make(chan struct{}),
@@ -192,13 +197,26 @@ func (w *Watch) failed() bool {
 
 // push is called by the hub, which must never block.
 func (w *Watch) push(ev fsnotify.Event) {
-	select {
-	case w.raw <- ev:
-	default:
-		if !w.lagged.Swap(true) {
-			w.fail(newErr(ErrLagging, nil, "watch of %s fell behind: more than %d events waited to be read, and some were lost; watch again", w.root, cap(w.raw)))
-		}
+	w.rawMu.Lock()
+	full := len(w.raw) >= w.f.opts.WatchQueue
+	if !full {
+		w.raw = append(w.raw, ev)
 	}
+	w.rawMu.Unlock()
+	if full {
+		if !w.lagged.Swap(true) {
+			w.fail(w.laggingErr())
+		}
+		return
+	}
+	select {
+	case w.rawReady <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watch) laggingErr() error {
+	return newErr(ErrLagging, nil, "watch of %s fell behind: more than %d events waited to be read, and some were lost; watch again", w.root, w.f.opts.WatchQueue)
 }
 
 // pump turns notifications into events until the watch stops or fails.
@@ -216,21 +234,27 @@ func (w *Watch) pump() {
 		return false
 	}
 	for {
-		var batch []fsnotify.Event
 		select {
 		case <-w.stop:
 			return
-		case ev := <-w.raw:
-			batch = append(batch, ev)
+		case <-w.rawReady:
 		}
-	more:
-		for len(batch) < 512 {
+		// At most 512 at a time, so the reader gets each part as it is ready.
+		w.rawMu.Lock()
+		n := min(len(w.raw), 512)
+		batch := slices.Clone(w.raw[:n])
+		w.raw = w.raw[n:]
+		if len(w.raw) == 0 {
+			w.raw = nil // its array goes: memory follows what waits
+		} else {
 			select {
-			case ev := <-w.raw:
-				batch = append(batch, ev)
+			case w.rawReady <- struct{}{}:
 			default:
-				break more
 			}
+		}
+		w.rawMu.Unlock()
+		if len(batch) == 0 {
+			continue
 		}
 		if w.failed() {
 			return
@@ -254,9 +278,9 @@ func (w *Watch) pump() {
 		}
 		if len(out) > 0 {
 			w.mu.Lock()
-			if len(w.events)+len(out) > cap(w.raw) {
+			if len(w.events)+len(out) > w.f.opts.WatchQueue {
 				w.mu.Unlock()
-				w.fail(newErr(ErrLagging, nil, "watch of %s fell behind: more than %d events waited to be read, and some were lost; watch again", w.root, cap(w.raw)))
+				w.fail(w.laggingErr())
 				return
 			}
 			w.events = append(w.events, out...)
