@@ -79,7 +79,7 @@ type Watch struct {
 	raw      []fsnotify.Event // guarded by rawMu
 	rawReady chan struct{}    // signalled when raw gets a notification
 	lagged   atomic.Bool
-	dirs   map[string]bool // directories this watch holds in the hub; owned by pump
+	dirs     map[string]bool // directories this watch holds in the hub; owned by pump
 
 	mu     sync.Mutex
 	events []Event // guarded by mu
@@ -113,10 +113,10 @@ func (f *Files) Watch(u *identity.User, dir string, o WatchOptions) (*Watch, err
 	w := &Watch{
 		f: f, u: u, root: filepath.Clean(dir), opts: o,
 		rawReady: make(chan struct{}, 1),
-		dirs:  map[string]bool{},
-		ready: make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		dirs:     map[string]bool{},
+		ready:    make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	err := u.Do(func() error {
 		fi, err := os.Stat(w.root)
