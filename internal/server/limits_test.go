@@ -223,7 +223,7 @@ func TestUnaryBodyOverLimitIsNotParsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(processtest.WaitShort))
+	conn.SetDeadline(time.Now().Add(processtest.WaitLong))
 	smuggled := "POST /process.Process/List HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 	body := strings.Repeat(" ", server.MaxMessageBytes+(1<<20)) + smuggled
 	go func() {
