@@ -74,13 +74,14 @@ func (i *userInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 // is read and dropped, never kept.
 //
 // The largest messages a client has reason to send are process input
-// (SendInput, StreamInput: bytes, base64 in JSON, so 3 MiB of input fits
-// the JSON codec and 4 MiB the binary one; bigger input goes in several
-// messages), a process's command line and environment (execve takes 2 MiB
-// of them at most with the usual 8 MiB stack limit) and the code of an
-// execution. 4 MiB holds each of them with margin, while a client cannot
-// make envd hold more than that per call.
-const MaxMessageBytes = 4 << 20
+// (SendInput, StreamInput), a process's command line and environment
+// (execve takes 2 MiB of them at most with the usual 8 MiB stack limit) and
+// the code of an execution. 6 MiB lets 4 MiB of input go in one message
+// whatever the codec (bytes are base64 in JSON: 5.4 MiB), holds the others
+// with margin, and costs no more buffer than 4 MiB would (Connect's buffer
+// grows by doubling to 8 MiB either way); a client cannot make envd hold
+// more than that per call. Larger input goes in several messages.
+const MaxMessageBytes = 6 << 20
 
 // HandlerOptions are the options every Connect service of envd is built
 // with: panics are recovered and logged, the run-as user is resolved, and

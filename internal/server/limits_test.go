@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/envd-dev/envd/gen/process"
+	"github.com/envd-dev/envd/gen/process/processconnect"
 	"github.com/envd-dev/envd/internal/process/processtest"
 	"github.com/envd-dev/envd/internal/server"
 )
@@ -120,7 +122,8 @@ func (f *filler) Read(p []byte) (int, error) {
 // A 64 MiB unary body is refused with resource_exhausted once
 // server.MaxMessageBytes was read, and the daemon never holds it: what it
 // allocates while answering (16 MiB: Connect's buffer growing to hold the
-// 4 MiB it reads; 32 MiB under -race) stays below the body's size. Not parallel:
+// 6 MiB it reads; 32 MiB under -race, which allocates each growth twice)
+// stays below the body's size. Not parallel:
 // the heap is measured while no other test runs.
 func TestUnaryBodyOverLimit(t *testing.T) {
 	s := processtest.New(t, processtest.Options{})
@@ -146,8 +149,8 @@ func TestUnaryBodyOverLimit(t *testing.T) {
 
 	var e struct{ Code, Message string }
 	json.Unmarshal(body, &e)
-	if res.StatusCode != http.StatusTooManyRequests || e.Code != "resource_exhausted" || !strings.Contains(e.Message, "larger than configured max 4194304") {
-		t.Errorf("%d %s; want 429 resource_exhausted, larger than configured max 4194304", res.StatusCode, body)
+	if res.StatusCode != http.StatusTooManyRequests || e.Code != "resource_exhausted" || !strings.Contains(e.Message, "larger than configured max 6291456") {
+		t.Errorf("%d %s; want 429 resource_exhausted, larger than configured max 6291456", res.StatusCode, body)
 	}
 	if !res.Close {
 		t.Error("the connection stays open: the rest of the body is read")
@@ -163,12 +166,14 @@ func TestUnaryBodyOverLimit(t *testing.T) {
 	}
 }
 
-// Input up to the cap reaches the process; a larger message, unary or in a
-// stream, is refused with resource_exhausted and writes nothing.
+// Input up to the cap reaches the process: 4 MiB in one message, over the
+// binary and the JSON codec (base64: 5.4 MiB). A larger message, unary or
+// in a stream, is refused with resource_exhausted and writes nothing.
 func TestInputMessageLimit(t *testing.T) {
 	t.Parallel()
 	s := processtest.New(t, processtest.Options{})
 	c := s.Client(t, processtest.ClientOptions{})
+	cj := s.Client(t, processtest.ClientOptions{Codec: processtest.JSON})
 	ctx := processtest.Context(t, processtest.WaitLong)
 	stdin := true
 	stream, err := c.Start(ctx, connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "wc", Args: []string{"-c"}}, Stdin: &stdin}))
@@ -184,9 +189,11 @@ func TestInputMessageLimit(t *testing.T) {
 		return &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: bytes.Repeat([]byte("x"), n)}}
 	}
 
-	const fits = 3 << 20
-	if _, err := c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: sel, Input: input(fits)})); err != nil {
-		t.Fatalf("SendInput of %d bytes: %v", fits, err)
+	const fits = 4 << 20
+	for name, c := range map[string]processconnect.ProcessClient{"binary": c, "json": cj} {
+		if _, err := c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: sel, Input: input(fits)})); err != nil {
+			t.Fatalf("SendInput of %d bytes over %s: %v", fits, name, err)
+		}
 	}
 	_, err = c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: sel, Input: input(server.MaxMessageBytes)}))
 	if connect.CodeOf(err) != connect.CodeResourceExhausted {
@@ -208,8 +215,8 @@ func TestInputMessageLimit(t *testing.T) {
 	if err := stream.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.TrimSpace(out.String()); got != "3145728" {
-		t.Errorf("the process read %s bytes, want 3145728: only the input that fits", got)
+	if got, want := strings.TrimSpace(out.String()), strconv.Itoa(2*fits); got != want {
+		t.Errorf("the process read %s bytes, want %s: only the input that fits", got, want)
 	}
 }
 
