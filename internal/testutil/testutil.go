@@ -160,30 +160,36 @@ func (b *SyncBuffer) String() string {
 	return b.buf.String()
 }
 
-// built holds the envd binaries this test process built, one per race flag.
+// built holds the binaries this test process built, by command and race
+// flag.
 var built struct {
 	mu   sync.Mutex
 	dir  string
-	bins map[bool]string
+	bins map[string]string
 }
 
 // BuildEnvd builds cmd/envd once per test process, with -race when the
 // tests run with it, and returns the binary's path. RemoveBuilt removes it.
 func BuildEnvd(tb testing.TB) string {
 	tb.Helper()
-	bin, err := Build(RaceEnabled)
+	bin, err := Build("envd", RaceEnabled)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return bin
 }
 
-// Build builds cmd/envd, with -race if race, once per test process and
-// flag, and returns the binary's path; for TestMain, which has no test.
-func Build(race bool) (string, error) {
+// Build builds the command cmd/<name>, with -race if race, once per test
+// process, name and flag, and returns the binary's path; for TestMain, which
+// has no test.
+func Build(name string, race bool) (string, error) {
 	built.mu.Lock()
 	defer built.mu.Unlock()
-	if bin, ok := built.bins[race]; ok {
+	key := name
+	if race {
+		key += "-race"
+	}
+	if bin, ok := built.bins[key]; ok {
 		return bin, nil
 	}
 	if built.dir == "" {
@@ -191,22 +197,18 @@ func Build(race bool) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		built.dir, built.bins = dir, map[bool]string{}
+		built.dir, built.bins = dir, map[string]string{}
 	}
-	name := "envd"
-	args := []string{"build", "-o"}
+	bin := filepath.Join(built.dir, key)
+	args := []string{"build", "-o", bin}
 	if race {
-		name = "envd-race"
-		args = append(args, filepath.Join(built.dir, name), "-race")
-	} else {
-		args = append(args, filepath.Join(built.dir, name))
+		args = append(args, "-race")
 	}
-	bin := filepath.Join(built.dir, name)
-	out, err := exec.Command("go", append(args, "github.com/envd-dev/envd/cmd/envd")...).CombinedOutput()
+	out, err := exec.Command("go", append(args, "github.com/envd-dev/envd/cmd/"+name)...).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("build envd: %v\n%s", err, out)
+		return "", fmt.Errorf("build %s: %v\n%s", name, err, out)
 	}
-	built.bins[race] = bin
+	built.bins[key] = bin
 	return bin, nil
 }
 
