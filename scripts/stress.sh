@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# stress.sh runs the Go suite STRESS_N times (default 3) with two CPU burners
+# beside it, as a loaded CI machine would be, and prints each failure: the
+# failing tests' names and their output. It exits non-zero if any run failed.
+#
+#   STRESS_N      runs (default 3)
+#   STRESS_PKGS   packages (default ./...)
+#   STRESS_FLAGS  go test flags (default -race -shuffle=on -count=1 -timeout 20m)
+#   STRESS_BURNERS  CPU burners (default 2)
+set -euo pipefail
+
+n=${STRESS_N:-3}
+pkgs=${STRESS_PKGS:-./...}
+flags=${STRESS_FLAGS:--race -shuffle=on -count=1 -timeout 20m}
+burners=${STRESS_BURNERS:-2}
+
+logs=$(mktemp -d "${TMPDIR:-/tmp}/envd-stress.XXXXXX")
+burner_pids=()
+test_pid=
+
+cleanup() {
+	# Only what this script started, by pid.
+	if [[ -n $test_pid ]]; then kill -- "$test_pid" 2>/dev/null || true; fi
+	for pid in "${burner_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+	for pid in "${burner_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'echo "stress: interrupted" >&2; exit 130' INT TERM
+
+for ((i = 0; i < burners; i++)); do
+	(while :; do :; done) &
+	burner_pids+=($!)
+done
+echo "stress: $n run(s) of go test $flags $pkgs, beside $burners CPU burner(s) (pids ${burner_pids[*]}); logs in $logs"
+
+failed_runs=0
+declare -a summary
+for ((run = 1; run <= n; run++)); do
+	log="$logs/run-$run.json"
+	started=$SECONDS
+	# -json: each test's output is attributed to it, even with -p > 1.
+	# shellcheck disable=SC2086
+	go test -json $flags $pkgs >"$log" 2>"$logs/run-$run.stderr" &
+	test_pid=$!
+	status=0
+	wait "$test_pid" || status=$?
+	test_pid=
+	took=$((SECONDS - started))
+	# The failed tests (leaves and parents), and packages failing outside any test.
+	mapfile -t failures < <(jq -r 'select(.Action == "fail") | "\(.Package) \(.Test // "(package)")"' "$log" | sort -u)
+	if ((status == 0)) && ((${#failures[@]} == 0)); then
+		summary+=("run $run: ok (${took}s)")
+		echo "stress: run $run/$n ok in ${took}s"
+		continue
+	fi
+	failed_runs=$((failed_runs + 1))
+	summary+=("run $run: FAILED (${took}s): ${failures[*]:-go test exited $status}")
+	echo "stress: run $run/$n FAILED in ${took}s (go test exited $status)"
+	for f in "${failures[@]}"; do
+		pkg=${f%% *}
+		name=${f#* }
+		echo "=== $pkg $name"
+		if [[ $name == "(package)" ]]; then
+			jq -r --arg p "$pkg" 'select(.Package == $p and (.Test == null) and .Action == "output") | .Output' "$log" | tail -n 60
+		else
+			jq -r --arg p "$pkg" --arg t "$name" 'select(.Package == $p and .Test == $t and .Action == "output") | .Output' "$log" | tail -n 200
+		fi
+	done
+	if [[ -s $logs/run-$run.stderr ]]; then
+		echo "=== go test stderr"
+		tail -n 60 "$logs/run-$run.stderr"
+	fi
+done
+
+echo
+echo "stress summary: $((n - failed_runs)) of $n run(s) passed"
+printf '  %s\n' "${summary[@]}"
+((failed_runs == 0))
