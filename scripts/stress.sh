@@ -46,26 +46,42 @@ for ((run = 1; run <= n; run++)); do
 	wait "$test_pid" || status=$?
 	test_pid=
 	took=$((SECONDS - started))
-	# The failed tests (leaves and parents), and packages failing outside any test.
-	mapfile -t failures < <(jq -r 'select(.Action == "fail") | "\(.Package) \(.Test // "(package)")"' "$log" | sort -u)
-	if ((status == 0)) && ((${#failures[@]} == 0)); then
+	# The failed tests, each with its output, and packages that failed
+	# outside any test (a build error, a panic in TestMain, a leak).
+	report=$(python3 - "$log" <<'PY'
+import json, sys
+out, failed = {}, []
+for line in open(sys.argv[1], errors="replace"):
+    try:
+        e = json.loads(line)
+    except ValueError:
+        continue
+    key = (e.get("Package", ""), e.get("Test") or "(package)")
+    if e.get("Action") == "output":
+        out.setdefault(key, []).append(e.get("Output", ""))
+    elif e.get("Action") == "fail" and key not in failed:
+        failed.append(key)
+# A parent fails with its subtests: name the leaves, show each once.
+names = {t for _, t in failed}
+for pkg, test in failed:
+    if test != "(package)" and any(n.startswith(test + "/") for n in names):
+        continue
+    if test == "(package)" and any(p == pkg and t != "(package)" for p, t in failed):
+        continue
+    print(f"=== FAIL {pkg} {test}")
+    print("".join(out.get((pkg, test), [])[-200:]), end="")
+PY
+)
+	if ((status == 0)) && [[ -z $report ]]; then
 		summary+=("run $run: ok (${took}s)")
 		echo "stress: run $run/$n ok in ${took}s"
 		continue
 	fi
 	failed_runs=$((failed_runs + 1))
-	summary+=("run $run: FAILED (${took}s): ${failures[*]:-go test exited $status}")
+	names=$(grep '^=== FAIL ' <<<"$report" | cut -d' ' -f3- | paste -sd, - || true)
+	summary+=("run $run: FAILED (${took}s): ${names:-go test exited $status}")
 	echo "stress: run $run/$n FAILED in ${took}s (go test exited $status)"
-	for f in "${failures[@]}"; do
-		pkg=${f%% *}
-		name=${f#* }
-		echo "=== $pkg $name"
-		if [[ $name == "(package)" ]]; then
-			jq -r --arg p "$pkg" 'select(.Package == $p and (.Test == null) and .Action == "output") | .Output' "$log" | tail -n 60
-		else
-			jq -r --arg p "$pkg" --arg t "$name" 'select(.Package == $p and .Test == $t and .Action == "output") | .Output' "$log" | tail -n 200
-		fi
-	done
+	[[ -n $report ]] && echo "$report"
 	if [[ -s $logs/run-$run.stderr ]]; then
 		echo "=== go test stderr"
 		tail -n 60 "$logs/run-$run.stderr"

@@ -188,7 +188,13 @@ func TestEnvctlPTY(t *testing.T) {
 		}
 	})
 	var screen syncBuffer
-	go io.Copy(&screen, tty)
+	// The copy ends (EIO) once envctl, the terminal's last user, has exited
+	// and its last output is on the screen.
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		io.Copy(&screen, tty)
+	}()
 	type_ := func(s string) {
 		if _, err := io.WriteString(tty, s); err != nil {
 			t.Fatal(err)
@@ -215,7 +221,9 @@ func TestEnvctlPTY(t *testing.T) {
 	foreground(t, e, "sleep")
 	type_("\x03")
 	type_("echo still here; exit 4\n")
-	if code := waitExit(t, cmd); code != 4 {
+	code := waitExit(t, cmd)
+	testutil.RequireClosed(t, copied, "the end of envctl's output")
+	if code != 4 {
 		t.Errorf("exit %d, want 4; screen:\n%s", code, screen.String())
 	}
 	if !strings.Contains(screen.String(), "still here") {
