@@ -91,4 +91,8 @@ done
 echo
 echo "stress summary: $((n - failed_runs)) of $n run(s) passed"
 printf '  %s\n' "${summary[@]}"
-((failed_runs == 0))
+if ((failed_runs > 0)); then
+	echo "the full logs (go test -json) are in $logs"
+	exit 1
+fi
+rm -rf "$logs"

@@ -43,7 +43,8 @@ func TestMain(m *testing.M) {
 	)
 }
 
-const testTimeout = 15 * time.Second
+// testTimeout bounds each wait of these tests.
+const testTimeout = testutil.Wait
 
 // logSink collects the daemon's JSON log lines.
 type logSink struct {
