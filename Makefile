@@ -34,6 +34,10 @@ test: deps checkgenerate lint test-go test-compat ## every test: generated code,
 test-go: ## Go tests with the race detector
 	go test -race -shuffle=on -count=1 -timeout 20m ./...
 
+.PHONY: stress
+stress: ## the Go suite STRESS_N times (3) beside two CPU burners; prints each failure
+	scripts/stress.sh
+
 .PHONY: test-compat
 test-compat: build ## the unmodified npm SDKs against a real envd
 	cd test/compat && ENVD_BIN=$(CURDIR)/$(BIN)/envd npm test

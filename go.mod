@@ -13,10 +13,12 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
+require github.com/coder/quartz v0.3.1
+
 require (
 	github.com/coder/websocket v1.8.15
 	github.com/mdlayher/socket v0.4.1 // indirect
 	golang.org/x/net v0.62.0 // indirect
-	golang.org/x/sync v0.1.0 // indirect
+	golang.org/x/sync v0.25.0
 	golang.org/x/term v0.48.0
 )

@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/client"
+
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 func TestHealthMetricsEnvs(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, client.Options{})
-	ctx := testContext(t, 15*time.Second)
+	ctx := testContext(t, testutil.Wait)
 	if err := c.Health(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +46,7 @@ func TestInit(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	ctx := testContext(t, 15*time.Second)
+	ctx := testContext(t, testutil.Wait)
 	orch := newClient(t, client.Options{Addr: d.addr})
 	other := newClient(t, client.Options{Addr: d.addr})
 	dir := sandboxDir(t)

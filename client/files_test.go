@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/client"
+
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // sandboxDir is a fresh directory for a test. envd runs on this machine, so
@@ -30,7 +32,7 @@ func sandboxDir(t *testing.T) string {
 func TestFileOps(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, client.Options{User: "root"})
-	ctx := testContext(t, 15*time.Second)
+	ctx := testContext(t, testutil.Wait)
 	dir := sandboxDir(t)
 
 	fi, err := c.MakeDir(ctx, dir+"/a/b")
@@ -186,7 +188,7 @@ func (f *failingReader) Read(p []byte) (int, error) {
 func TestUploadReaderFails(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, client.Options{User: "root"})
-	ctx := testContext(t, 15*time.Second)
+	ctx := testContext(t, testutil.Wait)
 	dir := sandboxDir(t)
 	os.WriteFile(dir+"/kept", []byte("old"), 0o644)
 	if _, err := c.Upload(ctx, dir+"/kept", &failingReader{n: 1 << 20}); err == nil || !strings.Contains(err.Error(), "disk on fire") {
@@ -201,7 +203,7 @@ func TestUploadReaderFails(t *testing.T) {
 func TestWatch(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, client.Options{User: "root"})
-	ctx := testContext(t, 15*time.Second)
+	ctx := testContext(t, testutil.Wait)
 	dir := sandboxDir(t)
 	os.Mkdir(dir+"/sub", 0o755)
 	w, err := c.Watch(ctx, dir, client.WatchOptions{Recursive: true, IncludeEntry: true})
@@ -240,7 +242,7 @@ func TestWatch(t *testing.T) {
 func TestWatchClose(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, client.Options{User: "root"})
-	w, err := c.Watch(testContext(t, 15*time.Second), sandboxDir(t), client.WatchOptions{})
+	w, err := c.Watch(testContext(t, testutil.Wait), sandboxDir(t), client.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // The tests and the examples of this package run against a real envd, built
@@ -39,11 +41,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	envdBin = filepath.Join(dir, "envd")
-	build := exec.Command("go", "build", "-o", envdBin, "github.com/envd-dev/envd/cmd/envd")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build envd:", err)
+	defer testutil.RemoveBuilt()
+	if envdBin, err = testutil.Build("envd", false); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	envdSock = filepath.Join(dir, "envd.sock")
@@ -93,32 +93,38 @@ func startDaemon(sock string, jupyter bool, extra ...string) (*daemon, error) {
 		args = append(args, "-unix-socket", sock)
 	}
 	cmd := exec.Command(envdBin, append(args, extra...)...)
-	cmd.Env = cleanEnv()
+	cmd.Env = testutil.CleanEnv()
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start envd: %w", err)
 	}
 	d := &daemon{cmd: cmd, addr: "http://127.0.0.1:" + strconv.Itoa(port), exited: make(chan struct{})}
 	go func() { cmd.Wait(); close(d.exited) }()
-	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{}}
+	hc := &http.Client{Timeout: testutil.Start, Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	exited := false
+	healthy := testutil.PollFor(testutil.Start, func() bool {
 		select {
 		case <-d.exited:
-			return nil, fmt.Errorf("envd exited at start: %v", cmd.ProcessState)
+			exited = true
+			return true
 		default:
 		}
-		if resp, err := hc.Get(d.addr + "/health"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusNoContent {
-				return d, nil
-			}
+		resp, err := hc.Get(d.addr + "/health")
+		if err != nil {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusNoContent
+	})
+	switch {
+	case exited:
+		return nil, fmt.Errorf("envd exited at start: %v", cmd.ProcessState)
+	case !healthy:
+		d.stop()
+		return nil, fmt.Errorf("envd did not answer /health in %v", testutil.Start)
 	}
-	d.stop()
-	return nil, fmt.Errorf("envd did not answer /health in 30 s")
+	return d, nil
 }
 
 // stop ends the daemon with SIGTERM, and SIGKILL if it lingers.
@@ -126,10 +132,10 @@ func (d *daemon) stop() error {
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-d.exited:
-	case <-time.After(15 * time.Second):
+	case <-time.After(testutil.Wait):
 		d.cmd.Process.Kill()
 		<-d.exited
-		return fmt.Errorf("envd (pid %d) ignored SIGTERM for 15 s", d.cmd.Process.Pid)
+		return fmt.Errorf("envd (pid %d) ignored SIGTERM for %v", d.cmd.Process.Pid, testutil.Wait)
 	}
 	if !d.cmd.ProcessState.Success() {
 		return fmt.Errorf("envd exited with %v after SIGTERM", d.cmd.ProcessState)
@@ -146,22 +152,8 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// cleanEnv is the environment without ENVD_* variables, which envd reads as
-// flags.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if len(kv) < 5 || kv[:5] != "ENVD_" {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
 // testContext is a context bounded by the test's deadline, or d.
 func testContext(t *testing.T, d time.Duration) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
+	return testutil.Context(t, d)
 }

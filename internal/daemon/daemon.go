@@ -12,10 +12,13 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/mdlayher/vsock"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/envd-dev/envd/internal/auth"
 	"github.com/envd-dev/envd/internal/defaults"
@@ -50,41 +53,106 @@ type Config struct {
 	// JupyterURL and JupyterToken use an existing Jupyter server instead of
 	// starting one. "": start our own.
 	JupyterURL, JupyterToken string
+	// StreamGrace is how long, at shutdown, requests still running once the
+	// children have stopped get to end by themselves (a process stream
+	// delivering the output and the end of its process) before their
+	// contexts are cancelled. Zero: 2 s.
+	StreamGrace time.Duration
+	// Clock times the grace periods. Nil: the real clock.
+	Clock quartz.Clock
 	// JupyterAsRoot runs Jupyter and its kernels as root; by default (envd
 	// being root) they run as the default user.
 	JupyterAsRoot bool
 }
 
-// Run runs envd until ctx ends, then shuts down in order: stop accepting,
-// stop children (TERM, then KILL), end remaining streams. It returns nil on a
-// clean shutdown.
+// Defaults of the shutdown's grace periods.
+const (
+	defaultShutdownGrace = 5 * time.Second
+	defaultStreamGrace   = 2 * time.Second
+	// hardGrace is how long requests get to return once their contexts are
+	// cancelled, before their connections are closed under them.
+	hardGrace = 2 * time.Second
+)
+
+// Run runs envd until ctx ends (or a listener fails), then shuts down in
+// order: stop accepting, stop children (TERM, then KILL), let streams deliver
+// their end, then cancel what still runs. It returns nil on a clean shutdown.
 func Run(ctx context.Context, cfg Config) error {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	if cfg.ShutdownGrace <= 0 {
-		cfg.ShutdownGrace = 5 * time.Second
-	}
-	if err := reaper.Enable(log); err != nil {
-		// Not fatal: without it orphans stay zombies, but everything works.
-		log.Warn("cannot reap orphans", "err", err)
-	}
-	user, err := defaultUser(cfg.DefaultUser)
+	cfg, user, err := checkConfig(cfg)
 	if err != nil {
 		return err
 	}
-	defs := defaults.New(user, map[string]string{"E2B_SANDBOX": "true"})
-	token := &auth.Token{}
-	token.Set(cfg.AccessToken)
+	if err := reaper.Enable(cfg.Logger); err != nil {
+		// Not fatal: without it orphans stay zombies, but everything works.
+		cfg.Logger.Warn("cannot reap orphans", "err", err)
+	}
+	p, err := newParts(cfg, user)
+	if err != nil {
+		return err
+	}
+	defer p.cleanup()
+	lns, err := p.listen()
+	if err != nil {
+		return err
+	}
+	s := serve(ctx, lns, cfg.Logger)
+	p.code.start()
+	cfg.Logger.Info("envd started", "version", Version, "default_user", user, "pid", os.Getpid(), "token", p.token.IsSet())
+	if cfg.Ready != nil {
+		cfg.Ready()
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-s.failed:
+		cfg.Logger.Error("a listener failed; shutting down", "err", err)
+	}
+	return p.shutdown(s)
+}
 
-	procs := process.NewManager(process.Options{Logger: log.With("component", "process"), Env: defs.Env})
+// checkConfig fills in cfg's defaults and resolves its default user.
+func checkConfig(cfg Config) (Config, string, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = defaultShutdownGrace
+	}
+	if cfg.StreamGrace <= 0 {
+		cfg.StreamGrace = defaultStreamGrace
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = quartz.NewReal()
+	}
+	user, err := defaultUser(cfg.DefaultUser)
+	if err != nil {
+		return cfg, "", err
+	}
+	return cfg, user, nil
+}
+
+// parts are envd's services and the handlers that serve them.
+type parts struct {
+	cfg   Config
+	log   *slog.Logger
+	token *auth.Token
+	procs *process.Manager
+	files *filesystem.Files
+	code  *codeExec
+	main  http.Handler // every route, for the main port, vsock and the unix socket
+}
+
+func newParts(cfg Config, user string) (*parts, error) {
+	log := cfg.Logger
+	defs := defaults.New(user, map[string]string{"E2B_SANDBOX": "true"})
+	p := &parts{cfg: cfg, log: log, token: &auth.Token{}}
+	p.token.Set(cfg.AccessToken)
+
+	p.procs = process.NewManager(process.Options{Logger: log.With("component", "process"), Env: defs.Env})
 	opts := server.HandlerOptions(log, defs)
-	procPath, procHandler := process.NewService(procs, defs).Handler(opts...)
-	files := filesystem.New(filesystem.Options{Logger: log.With("component", "filesystem")})
-	defer files.Close()
-	filesPath, filesHandler := filesystem.NewService(files, defs).Handler(opts...)
-	api := httpapi.Options{Logger: log.With("component", "httpapi"), Files: files, Defaults: defs, Token: token, Version: Version}
+	procPath, procHandler := process.NewService(p.procs, defs).Handler(opts...)
+	p.files = filesystem.New(filesystem.Options{Logger: log.With("component", "filesystem")})
+	filesPath, filesHandler := filesystem.NewService(p.files, defs).Handler(opts...)
+	api := httpapi.Options{Logger: log.With("component", "httpapi"), Files: p.files, Defaults: defs, Token: p.token, Version: Version}
 	if cfg.SyncClock {
 		api.SetClock = httpapi.SetSystemClock
 	}
@@ -96,107 +164,184 @@ func Run(ctx context.Context, cfg Config) error {
 	routes = append(routes, httpapi.New(api).Routes()...)
 	code, err := newCodeExec(cfg, log, defs)
 	if err != nil {
-		return err
+		p.files.Close()
+		return nil, err
 	}
-	defer code.cleanup()
+	p.code = code
 	routes = append(routes, code.routes()...)
-	h, err := server.New(server.Options{Logger: log, Token: token, Routes: routes})
-	if err != nil {
-		return fmt.Errorf("build routes: %w", err)
+	if p.main, err = server.New(server.Options{Logger: log, Token: p.token, Routes: routes}); err != nil {
+		p.cleanup()
+		return nil, fmt.Errorf("build routes: %w", err)
 	}
+	return p, nil
+}
 
-	codeLn, codeH, err := code.listenCodePort(cfg, log, token)
-	if err != nil {
-		return err
+// cleanup releases what the parts hold once nothing serves them.
+func (p *parts) cleanup() {
+	p.files.Close()
+	p.code.cleanup()
+	if p.cfg.UnixSocket != "" {
+		os.Remove(p.cfg.UnixSocket)
 	}
-	lns, err := listen(cfg)
+}
+
+// listener is an open listener and the handler it serves.
+type listener struct {
+	ln net.Listener
+	h  http.Handler
+}
+
+// listen opens every configured listener, or none if one fails. Every one is
+// logged before any serves: once one answers, the log already names them all.
+func (p *parts) listen() ([]listener, error) {
+	codeLn, codeH, err := p.code.listenCodePort(p.cfg, p.log, p.token)
+	if err != nil {
+		return nil, err
+	}
+	lns, err := listen(p.cfg)
 	if err != nil {
 		if codeLn != nil {
 			codeLn.Close()
 		}
-		return err
+		return nil, err
 	}
-	base, cancelStreams := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelStreams()
-	var srvs []*http.Server
-	// Every listener is logged before any serves: once one answers, the log
-	// already names them all.
+	var out []listener
 	for _, ln := range lns {
-		log.Info("listening", "addr", ln.Addr().String())
-	}
-	for _, ln := range lns {
-		srvs = append(srvs, server.Serve(base, ln, h, log))
+		p.log.Info("listening", "addr", ln.Addr().String())
+		out = append(out, listener{ln, p.main})
 	}
 	if codeLn != nil {
-		srvs = append(srvs, server.Serve(base, codeLn, codeH, log))
-		log.Info("listening for the code-interpreter API", "addr", codeLn.Addr().String())
+		p.log.Info("listening for the code-interpreter API", "addr", codeLn.Addr().String())
+		out = append(out, listener{codeLn, codeH})
 	}
-	code.start()
-	log.Info("envd started", "version", Version, "default_user", user, "pid", os.Getpid(), "token", token.IsSet())
-	if cfg.Ready != nil {
-		cfg.Ready()
-	}
-
-	<-ctx.Done()
-	log.Info("shutting down")
-	// Stop accepting: Shutdown closes the listeners at once, then waits for
-	// connections to go idle, which streams only do once they end.
-	shutdownDone := make(chan struct{})
-	go func() {
-		defer close(shutdownDone)
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace+5*time.Second)
-		defer cancel()
-		for _, s := range srvs {
-			s.Shutdown(sctx)
-		}
-	}()
-	// One grace period for everything: the processes envd started, and the
-	// orphans reparented to it, which get SIGTERM as soon as they appear.
-	deadline := time.Now().Add(cfg.ShutdownGrace)
-	gctx, cancel := context.WithDeadline(context.Background(), deadline)
-	code.stop(gctx)
-	childrenDone := make(chan struct{})
-	go func() {
-		defer close(childrenDone)
-		stopChildren(log, deadline)
-	}()
-	procs.Shutdown(gctx)
-	cancel()
-	<-childrenDone
-	// Whatever still streams (watchers, idle Connects) ends now.
-	cancelStreams()
-	<-shutdownDone
-	for _, s := range srvs {
-		s.Close()
-	}
-	if cfg.UnixSocket != "" {
-		os.Remove(cfg.UnixSocket)
-	}
-	log.Info("envd stopped")
-	return nil
+	return out, nil
 }
 
-// stopChildren ends every process parented to envd: its own children and the
+// serving is envd's HTTP servers, one per listener, each served by a
+// goroutine of one errgroup.
+type serving struct {
+	srvs []*http.Server
+	g    *errgroup.Group
+	// failed receives the error of each listener that fails.
+	failed chan error
+	// cancelRequests cancels every request's context: the hard stop.
+	cancelRequests context.CancelFunc
+	// accepting counts the servers that have not closed their listener yet.
+	accepting sync.WaitGroup
+}
+
+func serve(ctx context.Context, lns []listener, log *slog.Logger) *serving {
+	// Requests outlive ctx: shutdown ends them in order, then cancels base.
+	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s := &serving{g: &errgroup.Group{}, failed: make(chan error, len(lns)), cancelRequests: cancel}
+	for _, l := range lns {
+		srv := server.HTTPServer(base, l.h, log)
+		s.accepting.Add(1)
+		// Shutdown calls it once it has closed the listeners.
+		srv.RegisterOnShutdown(s.accepting.Done)
+		s.srvs = append(s.srvs, srv)
+		s.g.Go(func() error {
+			err := srv.Serve(l.ln)
+			if errors.Is(err, http.ErrServerClosed) {
+				return nil
+			}
+			err = fmt.Errorf("serve %s: %w", l.ln.Addr(), err)
+			s.failed <- err
+			return err
+		})
+	}
+	return s
+}
+
+// shutdown stops envd in order, graceful then hard:
+//  1. stop accepting: close every listener; requests in flight go on;
+//  2. stop code execution and every child, TERM then KILL after
+//     ShutdownGrace; process streams then deliver their output and end;
+//  3. stop the watchers;
+//  4. wait up to StreamGrace for every request to end by itself;
+//  5. cancel the requests still running, wait up to hardGrace for them to
+//     return, then close their connections.
+//
+// It returns the error of a listener that failed, if one did.
+func (p *parts) shutdown(s *serving) error {
+	log, clock := p.log, p.cfg.Clock
+	log.Info("shutting down")
+
+	waitCtx, stopWaiting := context.WithCancel(context.Background())
+	defer stopWaiting()
+	drained := make(chan struct{})
+	var shutdowns sync.WaitGroup
+	for _, srv := range s.srvs {
+		shutdowns.Go(func() { srv.Shutdown(waitCtx) })
+	}
+	go func() {
+		shutdowns.Wait()
+		close(drained)
+	}()
+	s.accepting.Wait()
+
+	p.stopChildren()
+	p.files.Close()
+
+	streams := clock.NewTimer(p.cfg.StreamGrace, "shutdown", "streams")
+	select {
+	case <-drained:
+		streams.Stop()
+	case <-streams.C:
+		log.Warn("requests still running after the grace period; cancelling them", "grace", p.cfg.StreamGrace)
+	}
+	s.cancelRequests()
+	hard := clock.NewTimer(hardGrace, "shutdown", "hard")
+	select {
+	case <-drained:
+		hard.Stop()
+	case <-hard.C:
+		log.Warn("requests still running after their cancellation; closing their connections", "grace", hardGrace)
+	}
+	stopWaiting()
+	for _, srv := range s.srvs {
+		srv.Close()
+	}
+	<-drained
+	err := s.g.Wait()
+	log.Info("envd stopped")
+	return err
+}
+
+// stopChildren stops code execution (Jupyter first: its supervisor would
+// restart a server it sees die), the processes envd started, and the
+// orphans reparented to it, within one grace period: TERM at once, KILL to
+// whatever is left when it ends.
+func (p *parts) stopChildren() {
+	grace, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	timer := p.cfg.Clock.AfterFunc(p.cfg.ShutdownGrace, cancel, "shutdown", "children")
+	defer timer.Stop()
+	p.code.stop(grace)
+	var orphans sync.WaitGroup
+	orphans.Go(func() { stopOrphans(grace, p.log) })
+	p.procs.Shutdown(grace)
+	orphans.Wait()
+}
+
+// stopOrphans ends every process parented to envd: its own children and the
 // orphans reparented to it as their subreaper, including those that appear
 // while it runs (their parent just died). Each gets TERM once, as soon as it
-// is seen; whatever is left at deadline gets KILL. Group leaders (terminal
-// sessions) are signalled as a group so their jobs go too.
-func stopChildren(log *slog.Logger, deadline time.Time) {
+// is seen; whatever is left when grace ends gets KILL. Group leaders
+// (terminal sessions) are signalled as a group so their jobs go too.
+func stopOrphans(grace context.Context, log *slog.Logger) {
 	signal := func(pid int, sig syscall.Signal) {
 		if pgid, err := syscall.Getpgid(pid); err == nil && pgid == pid {
 			syscall.Kill(-pid, sig)
 		}
 		syscall.Kill(pid, sig)
 	}
-	signalAll := func(sig syscall.Signal) int {
-		kids := reaper.Children()
-		for _, pid := range kids {
-			signal(pid, sig)
-		}
-		return len(kids)
-	}
+	// The kernel tells nobody when a child appears: look again every poll.
+	const poll = 20 * time.Millisecond
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
 	termed := map[int]bool{}
-	for time.Now().Before(deadline) {
+	for grace.Err() == nil {
 		kids := reaper.Children()
 		if len(kids) == 0 {
 			return
@@ -207,15 +352,21 @@ func stopChildren(log *slog.Logger, deadline time.Time) {
 				signal(pid, syscall.SIGTERM)
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-tick.C:
+		case <-grace.Done():
+		}
 	}
 	for range 50 {
-		n := signalAll(syscall.SIGKILL)
-		if n == 0 {
+		kids := reaper.Children()
+		if len(kids) == 0 {
 			return
 		}
-		log.Warn("killed children that ignored SIGTERM", "count", n)
-		time.Sleep(20 * time.Millisecond)
+		for _, pid := range kids {
+			signal(pid, syscall.SIGKILL)
+		}
+		log.Warn("killed children that ignored SIGTERM", "count", len(kids))
+		<-tick.C
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,11 +19,16 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/coder/quartz"
 	"go.uber.org/goleak"
 
+	fspb "github.com/envd-dev/envd/gen/filesystem"
+	"github.com/envd-dev/envd/gen/filesystem/filesystemconnect"
 	pb "github.com/envd-dev/envd/gen/process"
 	"github.com/envd-dev/envd/gen/process/processconnect"
 	"github.com/envd-dev/envd/internal/daemon"
+	"github.com/envd-dev/envd/internal/reaper"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // The tests of this package run one at a time, never t.Parallel: at
@@ -37,7 +43,8 @@ func TestMain(m *testing.M) {
 	)
 }
 
-const testTimeout = 15 * time.Second
+// testTimeout bounds each wait of these tests.
+const testTimeout = testutil.Wait
 
 // logSink collects the daemon's JSON log lines.
 type logSink struct {
@@ -150,6 +157,20 @@ func (r *running) stop(t *testing.T, within time.Duration) (time.Duration, error
 func tcpClient(t *testing.T) *http.Client {
 	t.Helper()
 	c := &http.Client{Transport: &http.Transport{}, Timeout: testTimeout}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+// smallWindowClient's connections take little at a time (a small socket
+// receive buffer), so a stream the test does not read backs up into envd.
+func smallWindowClient(t *testing.T) *http.Client {
+	t.Helper()
+	d := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}
+	c := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
 	t.Cleanup(c.CloseIdleConnections)
 	return c
 }
@@ -313,9 +334,10 @@ func childOf(pid int) int {
 	return 0
 }
 
-// startProcess starts cmd through the API and returns its pid; the stream
-// stays open until the test ends or the daemon stops.
-func startProcess(t *testing.T, pc processconnect.ProcessClient, cmd string, args ...string) uint32 {
+// startProcess starts cmd through the API and returns its pid and a channel
+// closed when its stream ends; the stream stays open until the test ends or
+// the daemon stops.
+func startProcess(t *testing.T, pc processconnect.ProcessClient, cmd string, args ...string) (uint32, <-chan struct{}) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -331,57 +353,114 @@ func startProcess(t *testing.T, pc processconnect.ProcessClient, cmd string, arg
 	if pid == 0 {
 		t.Fatalf("Start %s: first event %v, want start", cmd, stream.Msg())
 	}
+	ended := make(chan struct{})
 	go func() {
+		defer close(ended)
 		for stream.Receive() {
 		}
 	}()
-	return pid
+	return pid, ended
 }
 
-// TestShutdownStopsChildren: at shutdown, a child that ignores SIGTERM is
-// killed after the grace period, and Run returns nil soon after.
+// TestShutdownStopsChildren: at shutdown, every child gets SIGTERM; one
+// that ignores it is killed when the grace period ends, and Run returns
+// then. The clock is the test's: the grace ends when the test says.
 func TestShutdownStopsChildren(t *testing.T) {
-	const grace = 500 * time.Millisecond
-	r := start(t, daemon.Config{ShutdownGrace: grace})
+	const grace = 5 * time.Second
+	clock := quartz.NewMock(t)
+	graceSet := clock.Trap().AfterFunc("shutdown", "children")
+	defer graceSet.Close()
+	r := start(t, daemon.Config{ShutdownGrace: grace, Clock: clock})
 	pc := processconnect.NewProcessClient(tcpClient(t), "http://"+r.tcp, connect.WithProtoJSON())
-	polite := startProcess(t, pc, "/bin/sleep", "300")
-	stubborn := startProcess(t, pc, "/bin/sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`)
+	polite, politeEnded := startProcess(t, pc, "/bin/sleep", "300")
+	stubborn, _ := startProcess(t, pc, "/bin/sh", "-c", `trap "" TERM; while :; do sleep 0.05; done`)
 	// Its child ignores SIGTERM too, and is orphaned when the shell is killed.
-	parent := startProcess(t, pc, "/bin/sh", "-c", `trap "" TERM; sleep 300; true`)
+	parent, _ := startProcess(t, pc, "/bin/sh", "-c", `trap "" TERM; sleep 300; true`)
 	var orphan int
-	deadline := time.Now().Add(testTimeout)
-	for orphan == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no child of %d", parent)
-		}
-		time.Sleep(20 * time.Millisecond)
+	testutil.Poll(t, "the shell's child", func() bool {
 		orphan = childOf(int(parent))
-	}
+		return orphan != 0
+	})
 
-	took, err := r.stop(t, grace+testTimeout)
-	if err != nil {
+	ctx := testutil.Context(t, testutil.Wait)
+	r.cancel()
+	graceSet.MustWait(ctx).MustRelease(ctx)
+	// TERM ends the polite one; the others live on until the grace ends.
+	testutil.RequireClosed(t, politeEnded, "the stream of the process that took SIGTERM to end")
+	for _, pid := range []int{int(stubborn), int(parent), orphan} {
+		if !alive(pid) {
+			t.Errorf("pid %d, which ignores SIGTERM, ended before the grace period did", pid)
+		}
+	}
+	testutil.RequireOpen(t, r.done, "Run's return before the grace period ended")
+	clock.Advance(grace).MustWait(ctx)
+	if err := testutil.RequireReceive(t, r.done); err != nil {
 		t.Fatalf("Run = %v, want nil", err)
 	}
-	// TERM to both, KILL to the shell after grace; one grace in all.
-	if took > grace+2*time.Second {
-		t.Errorf("shutdown took %v with a grace of %v", took, grace)
-	}
-	for _, pid := range []uint32{polite, stubborn, parent, uint32(orphan)} {
-		if alive(int(pid)) {
+	r.done <- nil // for Cleanup
+	for _, pid := range []int{int(polite), int(stubborn), int(parent), orphan} {
+		if alive(pid) {
 			t.Errorf("pid %d still alive after shutdown", pid)
-			syscall.Kill(int(pid), syscall.SIGKILL)
+			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
 }
 
-// TestShutdownEndsStreams: a client following a process sees its stream end
-// at shutdown instead of hanging.
+// TestShutdownCancelsStreamsAfterGrace: a stream that does not end by
+// itself (a directory watch) is cancelled once the stream grace period has
+// run out, and only then.
+func TestShutdownCancelsStreamsAfterGrace(t *testing.T) {
+	const grace = 2 * time.Second
+	clock := quartz.NewMock(t)
+	graceSet := clock.Trap().NewTimer("shutdown", "streams")
+	defer graceSet.Close()
+	r := start(t, daemon.Config{StreamGrace: grace, Clock: clock})
+	fc := filesystemconnect.NewFilesystemClient(tcpClient(t), "http://"+r.tcp, connect.WithProtoJSON())
+	ctx := testutil.Context(t, testutil.Wait)
+	watch, err := fc.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: testutil.SharedDir(t)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	if !watch.Receive() {
+		t.Fatalf("WatchDir: %v", watch.Err())
+	}
+	ended := make(chan error, 1)
+	go func() {
+		for watch.Receive() {
+		}
+		ended <- watch.Err()
+	}()
+	r.cancel()
+	graceSet.MustWait(ctx).MustRelease(ctx)
+	testutil.RequireOpen(t, ended, "the watch's end before the grace period ended")
+	testutil.RequireOpen(t, r.done, "Run's return before the grace period ended")
+	clock.Advance(grace).MustWait(ctx)
+	if err := testutil.RequireReceive(t, ended); err == nil {
+		t.Errorf("watch ended without an error")
+	}
+	if err := testutil.RequireReceive(t, r.done); err != nil {
+		t.Errorf("Run = %v", err)
+	}
+	r.done <- nil // for Cleanup
+}
+
+// TestShutdownEndsStreams: a client following a process at shutdown gets
+// every byte of its output and then its end, even when it reads slowly: the
+// daemon cancels requests only once their streams have ended (or after a
+// grace period, which the test's clock never lets run out). The process has
+// ended before the shutdown, its output backed up in the stream; the client
+// reads nothing until envd has no child left, the point at which the old
+// daemon cancelled every request.
 func TestShutdownEndsStreams(t *testing.T) {
-	r := start(t, daemon.Config{ShutdownGrace: 300 * time.Millisecond})
-	pc := processconnect.NewProcessClient(tcpClient(t), "http://"+r.tcp, connect.WithProtoJSON())
+	r := start(t, daemon.Config{Clock: quartz.NewMock(t)})
+	pc := processconnect.NewProcessClient(smallWindowClient(t), "http://"+r.tcp, connect.WithProtoJSON())
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	stream, err := pc.Start(ctx, connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/sleep", Args: []string{"300"}, Cwd: new("/")}}))
+	const size = 600_000 // well under half the process's log: its output never waits for us
+	stream, err := pc.Start(ctx, connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{
+		Cmd: "/usr/bin/head", Args: []string{"-c", strconv.Itoa(size), "/dev/zero"}, Cwd: new("/"),
+	}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,26 +468,37 @@ func TestShutdownEndsStreams(t *testing.T) {
 	if !stream.Receive() {
 		t.Fatal(stream.Err())
 	}
-	ended := make(chan *pb.ProcessEvent_EndEvent, 1)
+	pid := stream.Msg().GetEvent().GetStart().GetPid()
+	// Its end is published once its output is all in envd: from then on it
+	// is no longer listed.
+	list := processconnect.NewProcessClient(tcpClient(t), "http://"+r.tcp, connect.WithProtoJSON())
+	testutil.Poll(t, "process to end", func() bool {
+		resp, err := list.List(ctx, connect.NewRequest(&pb.ListRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !slices.ContainsFunc(resp.Msg.GetProcesses(), func(p *pb.ProcessInfo) bool { return p.GetPid() == pid })
+	})
+	stopped := make(chan error, 1)
 	go func() {
-		var end *pb.ProcessEvent_EndEvent
-		for stream.Receive() {
-			if e := stream.Msg().GetEvent().GetEnd(); e != nil {
-				end = e
-			}
-		}
-		ended <- end
+		_, err := r.stop(t, testTimeout)
+		stopped <- err
 	}()
-	if _, err := r.stop(t, testTimeout); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case end := <-ended:
-		if end == nil || end.GetStatus() != "signal: terminated" {
-			t.Errorf("end event %v, want the process terminated by SIGTERM", end)
+	testutil.Poll(t, "envd to have no child", func() bool { return len(reaper.Children()) == 0 })
+	var got int
+	var end *pb.ProcessEvent_EndEvent
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		got += len(ev.GetData().GetStdout())
+		if e := ev.GetEnd(); e != nil {
+			end = e
 		}
-	case <-time.After(testTimeout):
-		t.Fatal("stream still open after shutdown")
+	}
+	if got != size || end == nil || end.GetStatus() != "exit status 0" {
+		t.Errorf("got %d bytes of %d, end event %v (stream error %v); want all of it and exit status 0", got, size, end, stream.Err())
+	}
+	if err := testutil.RequireReceive(t, stopped); err != nil {
+		t.Errorf("Run = %v", err)
 	}
 }
 

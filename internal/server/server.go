@@ -257,10 +257,24 @@ func recoverPanics(next http.Handler, logger *slog.Logger) http.Handler {
 // server. base is the context every request's context derives from: cancel it
 // to end long streams at shutdown.
 func Serve(base context.Context, ln net.Listener, h http.Handler, logger *slog.Logger) *http.Server {
+	srv := HTTPServer(base, h, logger)
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("serve failed", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	return srv
+}
+
+// HTTPServer is the server Serve runs, for a caller that runs Serve itself:
+// HTTP/1.1 and h2c, bounded headers, no timeout on streams. base is the
+// context every request's context derives from: cancel it to end long
+// streams at shutdown.
+func HTTPServer(base context.Context, h http.Handler, logger *slog.Logger) *http.Server {
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
-	srv := &http.Server{
+	return &http.Server{
 		Handler:           h,
 		Protocols:         &p,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -271,10 +285,4 @@ func Serve(base context.Context, ln net.Listener, h http.Handler, logger *slog.L
 		BaseContext:    func(net.Listener) context.Context { return base },
 		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
 	}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("serve failed", "addr", ln.Addr().String(), "err", err)
-		}
-	}()
-	return srv
 }

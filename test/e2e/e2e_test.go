@@ -7,7 +7,6 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -17,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,105 +25,56 @@ import (
 
 	pb "github.com/envd-dev/envd/gen/process"
 	"github.com/envd-dev/envd/gen/process/processconnect"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // envdBin is the binary under test, built by TestMain.
 var envdBin string
 
-// Timeouts shared by the tests. The binary may be built with -race, which
-// makes it several times slower to start.
+// Timeouts shared by the tests.
 const (
-	startTimeout   = 30 * time.Second
-	requestTimeout = 15 * time.Second
+	startTimeout   = testutil.Start
+	requestTimeout = testutil.Wait
 	// shutdownGrace is daemon.Config.ShutdownGrace's default, which the
 	// binary uses (there is no flag for it).
 	shutdownGrace = 5 * time.Second
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "envd-e2e-")
+	bin, err := testutil.Build("envd", testutil.RaceEnabled)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	envdBin = filepath.Join(dir, "envd")
-	args := []string{"build", "-o", envdBin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	args = append(args, "github.com/envd-dev/envd/cmd/envd")
-	build := exec.Command("go", args...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build envd:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
+	envdBin = bin
 	goleak.VerifyTestMain(&cleanupM{m: m})
 }
 
-// cleanupM removes the built binary once the tests ran, before goleak checks
-// for leaks and exits.
+// cleanupM removes the built binaries once the tests ran, before goleak
+// checks for leaks and exits.
 type cleanupM struct{ m *testing.M }
 
 func (c *cleanupM) Run() int {
 	code := c.m.Run()
-	os.RemoveAll(filepath.Dir(envdBin))
+	testutil.RemoveBuilt()
 	return code
 }
 
 // syncBuffer collects a child's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = testutil.SyncBuffer
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return testutil.FreePort(t) }
 
 // socketPath returns a unix socket path in a fresh temporary directory,
 // short enough for sun_path.
 func socketPath(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "envd-sock-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return filepath.Join(dir, "envd.sock")
+	return filepath.Join(testutil.SharedDir(t), "envd.sock")
 }
 
 // cleanEnv is the test's environment without ENVD_* variables, so that only
 // what a test sets reaches the daemon.
-func cleanEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ENVD_") {
-			env = append(env, kv)
-		}
-	}
-	return append(env, extra...)
-}
+func cleanEnv(extra ...string) []string { return testutil.CleanEnv(extra...) }
 
 // envd is one running daemon.
 type envd struct {
@@ -229,28 +178,35 @@ func (e *envd) kill(t *testing.T) {
 }
 
 func (e *envd) waitHealthy(timeout time.Duration) error {
-	c := &http.Client{Timeout: time.Second}
+	c := &http.Client{Timeout: timeout}
 	defer c.CloseIdleConnections()
-	deadline := time.Now().Add(timeout)
 	var last error
-	for time.Now().Before(deadline) {
+	exited := false
+	healthy := testutil.PollFor(timeout, func() bool {
 		select {
 		case <-e.exited:
-			return fmt.Errorf("envd exited: %v", e.err)
+			exited = true
+			return true
 		default:
 		}
 		resp, err := c.Get(e.url + "/health")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusNoContent {
-				return nil
+				return true
 			}
 			err = fmt.Errorf("GET /health: %s", resp.Status)
 		}
 		last = err
-		time.Sleep(20 * time.Millisecond)
+		return false
+	})
+	switch {
+	case exited:
+		return fmt.Errorf("envd exited: %v", e.err)
+	case !healthy:
+		return fmt.Errorf("no 204 from /health after %v: %v", timeout, last)
 	}
-	return fmt.Errorf("no 204 from /health after %v: %v", timeout, last)
+	return nil
 }
 
 // wait waits for the daemon to exit and returns its exit code.
@@ -310,10 +266,11 @@ func processClient(c *http.Client, url string) processconnect.ProcessClient {
 // proc is one process as /proc shows it. start (clock ticks since boot)
 // tells a pid apart from a later process that reuses it.
 type proc struct {
-	pid, ppid int
-	state     byte
-	start     uint64
-	comm      string
+	pid, ppid   int
+	pgrp, tpgid int // its process group; its terminal's foreground group
+	state       byte
+	start       uint64
+	comm        string
 }
 
 func readProc(pid int) (proc, bool) {
@@ -332,6 +289,8 @@ func readProc(pid int) (proc, bool) {
 	}
 	p := proc{pid: pid, state: f[0][0], comm: s[open+1 : closing]}
 	p.ppid, _ = strconv.Atoi(f[1])
+	p.pgrp, _ = strconv.Atoi(f[2])
+	p.tpgid, _ = strconv.Atoi(f[5])
 	p.start, _ = strconv.ParseUint(f[19], 10, 64)
 	return p, true
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/envd-dev/envd/client"
+
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // TestEnvctlExecCode runs envctl exec-code against a real envd running
@@ -68,27 +70,27 @@ func TestEnvctlExecCode(t *testing.T) {
 		})
 		var screen syncBuffer
 		go io.Copy(&screen, tty)
-		eventually(t, "the prompt", func() bool { return strings.Contains(screen.String(), ">>> ") })
+		testutil.Poll(t, "the prompt", func() bool { return strings.Contains(screen.String(), ">>> ") })
 		io.WriteString(tty, "a = 'first'\n")
 		io.WriteString(tty, "b = 'second'\n")
 		io.WriteString(tty, "print(a)\n")
-		eventually(t, "a", func() bool { return strings.Contains(screen.String(), "first\r\n") })
+		testutil.Poll(t, "a", func() bool { return strings.Contains(screen.String(), "first\r\n") })
 		io.WriteString(tty, "b\n")
-		eventually(t, "b", func() bool { return strings.Contains(screen.String(), "second\r\n") })
+		testutil.Poll(t, "b", func() bool { return strings.Contains(screen.String(), "second\r\n") })
 		io.WriteString(tty, "print(nothing)\n")
-		eventually(t, "the error", func() bool { return strings.Contains(screen.String(), "NameError") })
+		testutil.Poll(t, "the error", func() bool { return strings.Contains(screen.String(), "NameError") })
 		// A block: a line ending in ":" opens it, an empty line closes it.
 		io.WriteString(tty, "for i in range(2):\n")
 		io.WriteString(tty, "    print('loop', i)\n")
 		io.WriteString(tty, "\n")
-		eventually(t, "the loop", func() bool { return strings.Contains(screen.String(), "loop 1\r\n") })
+		testutil.Poll(t, "the loop", func() bool { return strings.Contains(screen.String(), "loop 1\r\n") })
 		// A Ctrl-C while code runs interrupts it, not envctl.
 		io.WriteString(tty, "print('going', flush=True); import time; time.sleep(30)\n")
-		eventually(t, "the sleep to run", func() bool { return strings.Contains(screen.String(), "going\r\n") })
+		testutil.Poll(t, "the sleep to run", func() bool { return strings.Contains(screen.String(), "going\r\n") })
 		io.WriteString(tty, "\x03")
-		eventually(t, "the interrupt", func() bool { return strings.Contains(screen.String(), "KeyboardInterrupt") })
+		testutil.Poll(t, "the interrupt", func() bool { return strings.Contains(screen.String(), "KeyboardInterrupt") })
 		io.WriteString(tty, "print(a)\n")
-		eventually(t, "a again", func() bool { return strings.Count(screen.String(), "first\r\n") == 2 })
+		testutil.Poll(t, "a again", func() bool { return strings.Count(screen.String(), "first\r\n") == 2 })
 		io.WriteString(tty, "\x04") // Ctrl-D
 		if code := waitExit(t, cmd); code != 0 {
 			t.Errorf("exit %d after Ctrl-D; screen:\n%s", code, screen.String())

@@ -14,39 +14,23 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
-// envctl is built once, beside envdBin (removed with it), with -race when
-// these tests run with it.
-var (
-	envctlOnce sync.Once
-	envctlPath string
-	envctlErr  error
-)
-
+// envctlBin is envctl, built once, with -race when these tests run with it.
 func envctlBin(t *testing.T) string {
 	t.Helper()
-	envctlOnce.Do(func() {
-		envctlPath = filepath.Join(filepath.Dir(envdBin), "envctl")
-		args := []string{"build", "-o", envctlPath}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		out, err := exec.Command("go", append(args, "github.com/envd-dev/envd/cmd/envctl")...).CombinedOutput()
-		if err != nil {
-			envctlErr = fmt.Errorf("build envctl: %v\n%s", err, out)
-		}
-	})
-	if envctlErr != nil {
-		t.Fatal(envctlErr)
+	bin, err := testutil.Build("envctl", testutil.RaceEnabled)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return envctlPath
+	return bin
 }
 
 // ctlResult is what one envctl run did.
@@ -124,17 +108,6 @@ func waitExit(t *testing.T, cmd *exec.Cmd) int {
 	return cmd.ProcessState.ExitCode()
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(requestTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // oneErrorLine checks that r failed the way envctl reports errors: exit 1,
 // nothing on stdout, one line "envctl: ..." on stderr containing want.
 func oneErrorLine(t *testing.T, r ctlResult, want string) {
@@ -188,7 +161,7 @@ func TestEnvctlRun(t *testing.T) {
 	t.Run("a signal to envctl goes to the process", func(t *testing.T) {
 		t.Parallel()
 		cmd, out, _ := startCtl(t, addr, "run", "--", "/bin/sh", "-c", "echo ready; exec sleep 30")
-		eventually(t, "the process to start", func() bool { return out.String() == "ready\n" })
+		testutil.Poll(t, "the process to start", func() bool { return out.String() == "ready\n" })
 		cmd.Process.Signal(syscall.SIGINT)
 		if code := waitExit(t, cmd); code != 128+15 {
 			t.Errorf("envctl run after SIGINT: exit %d, want %d (the process got SIGTERM)", code, 128+15)
@@ -215,36 +188,92 @@ func TestEnvctlPTY(t *testing.T) {
 		}
 	})
 	var screen syncBuffer
-	go io.Copy(&screen, tty)
+	// The copy ends (EIO) once envctl, the terminal's last user, has exited
+	// and its last output is on the screen.
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		io.Copy(&screen, tty)
+	}()
 	type_ := func(s string) {
 		if _, err := io.WriteString(tty, s); err != nil {
 			t.Fatal(err)
 		}
 	}
 	type_("stty size; echo term=$TERM\n")
-	eventually(t, "stty size 20 90", func() bool {
-		return strings.Contains(screen.String(), "20 90") && strings.Contains(screen.String(), "term=xterm")
-	})
-	// A resize of envctl's terminal reaches the remote one.
+	waitScreen(t, &screen, "20 90", "term=xterm")
+	// A resize of envctl's terminal reaches the remote one: once the remote
+	// terminal has the new size, stty says so.
+	sh := foreground(t, e, "sh")
 	if err := pty.Setsize(tty, &pty.Winsize{Cols: 132, Rows: 43}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the resize", func() bool {
-		type_("stty size\n")
-		time.Sleep(100 * time.Millisecond)
-		return strings.Contains(screen.String(), "43 132")
+	testutil.Poll(t, "the remote terminal to be 43x132", func() bool {
+		rows, cols := ttySize(sh)
+		return rows == 43 && cols == 132
 	})
-	// Raw mode: Ctrl-C goes to the remote shell, not to envctl.
+	type_("stty size\n")
+	waitScreen(t, &screen, "43 132")
+	// Raw mode: Ctrl-C goes to the remote shell's foreground job, not to
+	// envctl. It is typed once sleep is that job: earlier, it would reach
+	// the shell alone and sleep would run its 30 s.
 	type_("sleep 30\n")
-	time.Sleep(200 * time.Millisecond)
+	foreground(t, e, "sleep")
 	type_("\x03")
 	type_("echo still here; exit 4\n")
-	if code := waitExit(t, cmd); code != 4 {
+	code := waitExit(t, cmd)
+	testutil.RequireClosed(t, copied, "the end of envctl's output")
+	if code != 4 {
 		t.Errorf("exit %d, want 4; screen:\n%s", code, screen.String())
 	}
 	if !strings.Contains(screen.String(), "still here") {
 		t.Errorf("screen:\n%s", screen.String())
 	}
+}
+
+// waitScreen waits until the screen shows every one of wants.
+func waitScreen(t *testing.T, screen *syncBuffer, wants ...string) {
+	t.Helper()
+	testutil.Poll(t, fmt.Sprintf("%q on the screen", wants), func() bool {
+		s := screen.String()
+		for _, w := range wants {
+			if !strings.Contains(s, w) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// foreground waits until a process named comm started by e is the
+// foreground job of its terminal, and returns it.
+func foreground(t *testing.T, e *envd, comm string) proc {
+	t.Helper()
+	var found proc
+	testutil.Poll(t, comm+" as the foreground job of its terminal", func() bool {
+		for _, p := range descendants(e.cmd.Process.Pid) {
+			if p.comm == comm && p.tpgid == p.pgrp {
+				found = p
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// ttySize reads the size of p's terminal (its stdin), 0, 0 if it cannot.
+func ttySize(p proc) (rows, cols int) {
+	f, err := os.Open("/proc/" + strconv.Itoa(p.pid) + "/fd/0")
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	ws, err := pty.GetsizeFull(f)
+	if err != nil {
+		return 0, 0
+	}
+	return int(ws.Rows), int(ws.Cols)
 }
 
 // sparseFile makes a file of size bytes fast: a hole with some data at a
@@ -368,7 +397,7 @@ func TestEnvctlCopy(t *testing.T) {
 		if err := cmd.Run(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the progress bar", func() bool { return strings.Contains(bar.String(), "100.0%") })
+		testutil.Poll(t, "the progress bar", func() bool { return strings.Contains(bar.String(), "100.0%") })
 		if out.Len() != 0 || !strings.Contains(bar.String(), "upload big [") || !strings.Contains(bar.String(), "64.0 MiB") {
 			t.Errorf("stdout %q, terminal %q", out.String(), bar.String())
 		}
@@ -413,7 +442,7 @@ func TestEnvctlFiles(t *testing.T) {
 	t.Run("ps and kill", func(t *testing.T) {
 		run, _, _ := startCtl(t, addr, "run", "--tag", "sleeper", "--", "sleep", "30")
 		var pid string
-		eventually(t, "ps to show the sleeper", func() bool {
+		testutil.Poll(t, "ps to show the sleeper", func() bool {
 			r := envctl(t, nil, nil, addr, "ps")
 			for _, l := range strings.Split(r.stdout, "\n") {
 				if f := strings.Fields(l); len(f) == 4 && f[1] == "sleeper" && f[2] == "sleep" && f[3] == "30" {
@@ -435,12 +464,12 @@ func TestEnvctlFiles(t *testing.T) {
 		wdir := filepath.Join(dir, "watched")
 		os.MkdirAll(filepath.Join(wdir, "sub"), 0o755)
 		cmd, out, errb := startCtl(t, addr, "watch", "--recursive", wdir)
-		eventually(t, "the watch to start", func() bool { return strings.Contains(errb.String(), "watching "+wdir) })
+		testutil.Poll(t, "the watch to start", func() bool { return strings.Contains(errb.String(), "watching "+wdir) })
 		os.WriteFile(filepath.Join(wdir, "sub", "n.txt"), []byte("n"), 0o644)
 		os.Remove(filepath.Join(wdir, "sub", "n.txt"))
 		os.Mkdir(filepath.Join(wdir, "new"), 0o755)
 		want := "create sub/n.txt\nwrite  sub/n.txt\nremove sub/n.txt\ncreate new\n"
-		eventually(t, "the events", func() bool { return out.String() == want })
+		testutil.Poll(t, "the events", func() bool { return out.String() == want })
 		cmd.Process.Signal(syscall.SIGINT)
 		if code := waitExit(t, cmd); code != 0 {
 			t.Errorf("watch after SIGINT: exit %d, want 0; stderr %q", code, errb.String())

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/client"
+
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // repoFile is the path of a file at the root of the repository.
@@ -73,7 +75,7 @@ func TestStartupScript(t *testing.T) {
 	}
 	// /health answers as soon as the port listens, a moment before the
 	// start is logged.
-	eventually(t, "the start in envd's log", func() bool { return strings.Contains(e.stderr.String(), "envd started") })
+	testutil.Poll(t, "the start in envd's log", func() bool { return strings.Contains(e.stderr.String(), "envd started") })
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	for _, c := range []*client.Client{

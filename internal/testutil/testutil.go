@@ -1,0 +1,253 @@
+// Package testutil holds the helpers that envd's tests share: bounded
+// waits, channel assertions, free ports, directories every user can reach,
+// the envd binary built once per test process, and the check that Jupyter
+// is installed. Only tests import it.
+package testutil
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Bounds of the waits in tests. They are never expected to run out: they
+// only turn a hang into a failure that says what was awaited. The machine
+// may be loaded, and binaries built with -race, so they are generous.
+const (
+	// Wait bounds one step a test waits for: a request, an event, an exit.
+	Wait = 15 * time.Second
+	// Start bounds a daemon's or a server's start.
+	Start = 30 * time.Second
+)
+
+// pollEvery is how often Poll looks again.
+const pollEvery = 10 * time.Millisecond
+
+// Context returns a context that ends after d or when the test ends.
+func Context(tb testing.TB, d time.Duration) context.Context {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+// Poll waits until cond holds, looking again every few milliseconds, and
+// fails the test, naming what, if it does not within Wait. For states no
+// one signals (a pid gone, a process listed); never a substitute for a
+// channel that says the same.
+func Poll(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	if !PollFor(Wait, cond) {
+		tb.Fatalf("timed out after %v waiting for %s", Wait, what)
+	}
+}
+
+// PollFor is Poll without a test: it reports whether cond held within d.
+func PollFor(d time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return cond()
+		}
+	}
+	return true
+}
+
+// RequireReceive returns the next value from ch, failing the test if none
+// comes within Wait or ch is closed.
+func RequireReceive[T any](tb testing.TB, ch <-chan T) T {
+	tb.Helper()
+	select {
+	case v, ok := <-ch:
+		if !ok {
+			tb.Fatalf("channel closed; want a value")
+		}
+		return v
+	case <-time.After(Wait):
+		tb.Fatalf("nothing received after %v", Wait)
+	}
+	var zero T
+	return zero
+}
+
+// RequireClosed fails the test if ch is not closed within Wait.
+func RequireClosed[T any](tb testing.TB, ch <-chan T, what string) {
+	tb.Helper()
+	select {
+	case <-ch:
+	case <-time.After(Wait):
+		tb.Fatalf("timed out after %v waiting for %s", Wait, what)
+	}
+}
+
+// RequireOpen fails the test if ch is ready now: for what must not have
+// happened yet at a point the test controls (the clock has not moved).
+func RequireOpen[T any](tb testing.TB, ch <-chan T, what string) {
+	tb.Helper()
+	select {
+	case <-ch:
+		tb.Fatalf("%s already happened", what)
+	default:
+	}
+}
+
+// FreePort returns a TCP port of 127.0.0.1 that was free a moment ago.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// SharedDir returns a fresh directory that every user may enter and read
+// (processes started through envd run as its default user), with a short
+// path (fit for a unix socket). It is removed when the test ends.
+func SharedDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "envd-test-")
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// CleanEnv is this process's environment without ENVD_* variables (which
+// envd reads as flags), plus extra (KEY=VALUE).
+func CleanEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ENVD_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// SyncBuffer collects a child's output; safe for concurrent use.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// built holds the binaries this test process built, by command and race
+// flag.
+var built struct {
+	mu   sync.Mutex
+	dir  string
+	bins map[string]string
+}
+
+// BuildEnvd builds cmd/envd once per test process, with -race when the
+// tests run with it, and returns the binary's path. RemoveBuilt removes it.
+func BuildEnvd(tb testing.TB) string {
+	tb.Helper()
+	bin, err := Build("envd", RaceEnabled)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return bin
+}
+
+// Build builds the command cmd/<name>, with -race if race, once per test
+// process, name and flag, and returns the binary's path; for TestMain, which
+// has no test.
+func Build(name string, race bool) (string, error) {
+	built.mu.Lock()
+	defer built.mu.Unlock()
+	key := name
+	if race {
+		key += "-race"
+	}
+	if bin, ok := built.bins[key]; ok {
+		return bin, nil
+	}
+	if built.dir == "" {
+		dir, err := os.MkdirTemp("", "envd-bin-")
+		if err != nil {
+			return "", err
+		}
+		built.dir, built.bins = dir, map[string]string{}
+	}
+	bin := filepath.Join(built.dir, key)
+	args := []string{"build", "-o", bin}
+	if race {
+		args = append(args, "-race")
+	}
+	out, err := exec.Command("go", append(args, "github.com/envd-dev/envd/cmd/"+name)...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build %s: %v\n%s", name, err, out)
+	}
+	built.bins[key] = bin
+	return bin, nil
+}
+
+// RemoveBuilt removes the binaries Build made; call it from TestMain once
+// the tests ran.
+func RemoveBuilt() {
+	built.mu.Lock()
+	defer built.mu.Unlock()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+		built.dir, built.bins = "", nil
+	}
+}
+
+// Python is the interpreter Jupyter is installed for.
+const Python = "/usr/bin/python3"
+
+// InstallHint says how to install what the code-execution tests need.
+const InstallHint = `Install Jupyter and the kernels with scripts/install-deps.sh (make deps), or:
+  apt-get install -y --no-install-recommends python3-jupyter-server python3-ipykernel python3-jupyter-client \
+    python3-pexpect python3-pandas python3-matplotlib python3-pil r-base-core r-cran-irkernel
+  and the Deno kernel (npm deno@2.9.6 + /usr/local/share/jupyter/kernels/deno/kernel.json)`
+
+// CheckJupyter reports whether Jupyter, the IPython kernel and the
+// packages the tests use are importable by Python; its error says how to
+// install them.
+func CheckJupyter() error {
+	out, err := exec.Command(Python, "-c", "import jupyter_server, ipykernel, pexpect, pandas, matplotlib").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("jupyter is not usable with %s: %v\n%s\n%s", Python, err, out, InstallHint)
+	}
+	return nil
+}
+
+// RequireJupyter fails the test (never skips it) when Jupyter is not
+// installed, saying how to install it.
+func RequireJupyter(tb testing.TB) {
+	tb.Helper()
+	if err := CheckJupyter(); err != nil {
+		tb.Fatal(err)
+	}
+}
