@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"github.com/envd-dev/envd/internal/identity"
 )
 
@@ -36,6 +38,9 @@ type Options struct {
 	WatcherIdle time.Duration
 	// MaxListEntries bounds one ListDir. Zero: 1,000,000.
 	MaxListEntries int
+	// Clock drives the keepalives of WatchDir streams. Zero: the real
+	// clock.
+	Clock quartz.Clock
 }
 
 // Files performs filesystem operations as users. Close it to stop its
@@ -61,6 +66,9 @@ func New(o Options) *Files {
 	}
 	if o.MaxListEntries <= 0 {
 		o.MaxListEntries = 1_000_000
+	}
+	if o.Clock == nil {
+		o.Clock = quartz.NewReal()
 	}
 	f := &Files{opts: o, log: o.Logger, commits: newCommitNotes()}
 	f.hub = newHub(f.log)
