@@ -38,9 +38,8 @@ type Execution struct {
 	setEnv  string // silent code setting the per-execution env; "" if none
 	timeout time.Duration
 
-	log     *outbuf.Log
-	logSize int
-	done    chan struct{}
+	log  *outbuf.Log
+	done chan struct{}
 
 	records atomic.Uint64 // events written
 
@@ -71,7 +70,6 @@ func newExecution(e *Engine, c *Context, req ExecuteRequest, setEnv string) *Exe
 		setEnv:    setEnv,
 		timeout:   req.Timeout,
 		log:       outbuf.New(e.opts.LogBytes, outbuf.WithReaderGrace(e.opts.ReaderGrace), outbuf.WithClock(e.opts.Clock)),
-		logSize:   e.opts.LogBytes,
 		done:      make(chan struct{}),
 	}
 	if req.Timeout > 0 {
