@@ -47,7 +47,8 @@ type Options struct {
 	// A watch that would go over fails with ErrLimit, at its start or, for
 	// a recursive watch whose tree grows, later. Zero: DefaultMaxWatchedDirs.
 	MaxWatchedDirs int
-	// Clock is the clock of polling watchers' idle time. Zero: the real one.
+	// Clock is the clock of polling watchers' idle time and of WatchDir
+	// streams' keepalives. Zero: the real one.
 	Clock quartz.Clock
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
@@ -17,6 +16,7 @@ import (
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/internal/streamloop"
 )
 
 // Service is the filesystem.Filesystem Connect service: the only place that
@@ -185,30 +185,30 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDir
 	if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Start{Start: &pb.WatchDirResponse_StartEvent{}}}); err != nil {
 		return err
 	}
-	keepalive := server.KeepaliveInterval(req.Header())
-	ticker := time.NewTicker(keepalive)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-w.Ready():
+	err = streamloop.Loop{
+		Clock:     s.f.opts.Clock,
+		Keepalive: server.KeepaliveInterval(req.Header()),
+		Ready:     w.Ready,
+		Pump: func() (bool, error) {
 			evs, werr := w.Drain()
 			for _, e := range evs {
 				if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Filesystem{Filesystem: FilesystemEvent(e)}}); err != nil {
-					return err
+					return false, err
 				}
 			}
 			if werr != nil {
-				return toConnectErr(werr)
+				return false, toConnectErr(werr)
 			}
-			ticker.Reset(keepalive)
-		case <-ticker.C:
-			if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Keepalive{Keepalive: &pb.WatchDirResponse_KeepAlive{}}}); err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return toConnectErr(ctx.Err())
-		}
+			return len(evs) > 0, nil
+		},
+		SendKeepalive: func() error {
+			return stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Keepalive{Keepalive: &pb.WatchDirResponse_KeepAlive{}}})
+		},
+	}.Run(ctx)
+	if err != nil && errors.Is(err, ctx.Err()) {
+		return toConnectErr(err) // the client left, or the deadline passed
 	}
+	return err
 }
 
 // CreateWatcher starts a polling watcher.

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/jupyter"
 	"github.com/envd-dev/envd/internal/jupyter/startup"
@@ -41,6 +43,8 @@ type Options struct {
 	// reads nothing before it leaves it behind (its next Read reports the
 	// loss). Zero: 2 s.
 	ReaderGrace time.Duration
+	// Clock measures ReaderGrace. Zero: the real clock.
+	Clock quartz.Clock
 	// InterruptGrace is how long interrupted code may take to stop before
 	// its kernel is restarted (Deno ignores interrupts; so does Python code
 	// that catches KeyboardInterrupt). Zero: 5 s: a loaded machine can take
@@ -101,6 +105,9 @@ func New(opts Options) *Engine {
 	}
 	if opts.ReaderGrace <= 0 {
 		opts.ReaderGrace = 2 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = quartz.NewReal()
 	}
 	if opts.InterruptGrace <= 0 {
 		opts.InterruptGrace = 5 * time.Second

@@ -38,15 +38,10 @@ type Execution struct {
 	setEnv  string // silent code setting the per-execution env; "" if none
 	timeout time.Duration
 
-	log     *outbuf.Log
-	logSize int
-	done    chan struct{}
+	log  *outbuf.Log
+	done chan struct{}
 
-	// flow control between the runner and the readers that follow it
-	flowMu   sync.Mutex
-	readers  map[*Reader]struct{} // guarded by flowMu
-	flowWake chan struct{}        // guarded by flowMu
-	records  atomic.Uint64        // events written
+	records atomic.Uint64 // events written
 
 	// Set before the event is stored, so that a Reader that saw it sees
 	// them; read by the Connect adapter (see service.go).
@@ -74,10 +69,8 @@ func newExecution(e *Engine, c *Context, req ExecuteRequest, setEnv string) *Exe
 		code:      req.Code,
 		setEnv:    setEnv,
 		timeout:   req.Timeout,
-		log:       outbuf.New(e.opts.LogBytes),
-		logSize:   e.opts.LogBytes,
+		log:       outbuf.New(e.opts.LogBytes, outbuf.WithReaderGrace(e.opts.ReaderGrace), outbuf.WithClock(e.opts.Clock)),
 		done:      make(chan struct{}),
-		readers:   make(map[*Reader]struct{}),
 	}
 	if req.Timeout > 0 {
 		x.timer = time.AfterFunc(req.Timeout, func() {
@@ -546,8 +539,7 @@ func (x *Execution) write(ev Event) {
 		x.count.Store(int64(ev.ExecutionCount))
 	}
 	rec := encodeEvent(ev)
-	x.holdBack(len(rec))
-	x.log.Write(uint8(ev.Kind), rec)
+	x.log.WritePaced(x.eng.ctx, uint8(ev.Kind), rec)
 	x.records.Add(1)
 }
 
@@ -565,9 +557,6 @@ func (x *Execution) writeEnd(end *End) {
 	x.mu.Unlock()
 	x.write(Event{Kind: EventEnd, End: end})
 	x.log.Close()
-	x.flowMu.Lock()
-	x.wakeLocked()
-	x.flowMu.Unlock()
 }
 
 // splitText cuts s into pieces of at most max bytes, at a newline when

@@ -28,6 +28,10 @@
 //     and live output.
 //   - [Log.Close] marks the end of the stream. Data stays readable after
 //     Close, and a cursor that has read everything gets io.EOF.
+//   - A writer may pace itself to the readers that keep up, rather than
+//     evict what they have not read: see [Log.Follow] and [Log.WritePaced]
+//     (pace.go). A paced writer still never waits long for a reader that
+//     does not read.
 //
 // Records are never modified once appended, and readers get shared slices
 // (no copying on read), so a reader and the writer can run concurrently
@@ -59,6 +63,9 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"time"
+
+	"github.com/coder/quartz"
 )
 
 // Oldest, passed to [Log.Cursor], positions the cursor at the oldest byte
@@ -112,23 +119,40 @@ type Log struct {
 	// goroutines blocked in Wait. It is created lazily by Wait, so writes
 	// that nobody waits for do not allocate a channel.
 	notify chan struct{}
+
+	// Pacing (pace.go).
+	grace     time.Duration
+	clock     quartz.Clock
+	followers map[*Reader]struct{} // guarded by mu; the readers paced writes wait for
+	// room is closed, and set to nil, when a follower reads or leaves or
+	// the log closes, waking the paced writers waiting for them. Guarded
+	// by mu; created lazily by a writer that waits.
+	room chan struct{}
 }
 
 // New returns a log that retains at most capacity bytes of Data, the newest
-// ones. It panics if capacity < 1.
+// ones. It panics if capacity < 1. The options matter only to paced
+// writes (see [Log.WritePaced]).
 //
 // The log may retain fewer bytes when writes are very small: it also keeps
 // at most max(capacity/64, 64) records, so per-record overhead cannot
 // multiply memory use. The memory held for Data is at most capacity plus the
 // evicted part of one partially evicted record, so under 2*capacity.
-func New(capacity int) *Log {
+func New(capacity int, opts ...Option) *Log {
 	if capacity < 1 {
 		panic(fmt.Sprintf("outbuf: capacity %d < 1", capacity))
 	}
-	return &Log{
+	l := &Log{
 		capacity:   capacity,
 		maxRecords: max(capacity/recordCost, minRecords),
+		grace:      DefaultReaderGrace,
+		clock:      quartz.NewReal(),
+		followers:  map[*Reader]struct{}{},
 	}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
 }
 
 // Write appends a copy of p as one record tagged with kind. Callers may
@@ -216,6 +240,7 @@ func (l *Log) Close() {
 	if !l.closed {
 		l.closed = true
 		l.wake()
+		l.wakeWritersLocked()
 	}
 }
 
@@ -289,9 +314,13 @@ var closedChan = func() chan struct{} {
 // When the log is closed and the cursor has read everything, Read returns
 // (nil, io.EOF). When nothing is available yet, it returns (nil, nil).
 func (c *Cursor) Read() ([]Record, error) {
+	c.log.mu.Lock()
+	defer c.log.mu.Unlock()
+	return c.readLocked()
+}
+
+func (c *Cursor) readLocked() ([]Record, error) {
 	l := c.log
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if c.off < l.start {
 		err := &LostError{From: c.off, To: l.start, Capacity: l.capacity}
 		c.off = l.start
@@ -304,11 +333,7 @@ func (c *Cursor) Read() ([]Record, error) {
 		return nil, nil
 	}
 	live := l.recs[l.head:]
-	// The first record that ends after c.off contains c.off, because
-	// records are contiguous from start to end and start <= c.off < end.
-	i := sort.Search(len(live), func(i int) bool {
-		return live[i].Off+int64(len(live[i].Data)) > c.off
-	})
+	i := l.firstLocked(c.off)
 	out := make([]Record, len(live)-i)
 	for j, r := range live[i:] {
 		skip := max(c.off-r.Off, 0) // non-zero only for the first record
@@ -318,6 +343,16 @@ func (c *Cursor) Read() ([]Record, error) {
 	}
 	c.off = l.end
 	return out, nil
+}
+
+// firstLocked returns the index in l.recs[l.head:] of the first retained
+// record that ends after off: the one that contains off when start <= off <
+// end, because records are contiguous from start to end.
+func (l *Log) firstLocked(off int64) int {
+	live := l.recs[l.head:]
+	return sort.Search(len(live), func(i int) bool {
+		return live[i].Off+int64(len(live[i].Data)) > off
+	})
 }
 
 // Wait returns a channel that is closed when Read would return something
@@ -333,9 +368,13 @@ func (c *Cursor) Read() ([]Record, error) {
 //
 // Call Wait again after each wake-up; each channel fires only once.
 func (c *Cursor) Wait() <-chan struct{} {
+	c.log.mu.Lock()
+	defer c.log.mu.Unlock()
+	return c.waitLocked()
+}
+
+func (c *Cursor) waitLocked() <-chan struct{} {
 	l := c.log
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	// c.off < l.start implies c.off != l.end, so this also covers a loss.
 	if c.off != l.end || l.closed {
 		return closedChan

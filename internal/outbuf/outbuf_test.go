@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -421,18 +420,10 @@ func TestWait(t *testing.T) {
 			if ready(w) {
 				t.Fatal("Wait ready with nothing pending")
 			}
-			woke := make(chan struct{})
-			go func() {
-				<-w
-				close(woke)
-			}()
-			// Give the goroutine a chance to block, so the wake-up is tested
-			// rather than an already-closed channel.
-			time.Sleep(time.Millisecond)
+			// The channel taken before the act is the one that wakes: a
+			// goroutine blocked on it would wake.
 			tt.act(l)
-			select {
-			case <-woke:
-			case <-time.After(10 * time.Second):
+			if !ready(w) {
 				t.Fatal("Wait did not wake")
 			}
 			if !ready(c.Wait()) {
@@ -486,7 +477,11 @@ func TestConcurrentWritersOrdering(t *testing.T) {
 
 // follow reads c until EOF, waking on Wait, and checks every byte. It
 // returns the bytes it received and the bytes it lost.
-func follow(c *outbuf.Cursor) (got, lost int64, err error) {
+func follow(c interface {
+	Read() ([]outbuf.Record, error)
+	Wait() <-chan struct{}
+	Offset() int64
+}) (got, lost int64, err error) {
 	next := c.Offset()
 	for {
 		recs, err := c.Read()
@@ -524,10 +519,14 @@ func TestSlowCursorDoesNotBlockOthers(t *testing.T) {
 	const (
 		capacity = 1 << 20
 		chunk    = 4 << 10
-		total    = 64 << 20 // 64 times the capacity
+		total    = 16 << 20 // 16 times the capacity
 		readers  = 8
 	)
-	l := outbuf.New(capacity)
+	// The fast subscribers follow (paced writes wait for them); the mock
+	// clock never moves, so none is ever left behind, however slowly it is
+	// scheduled. The stuck one is a plain cursor: never waited for, it
+	// falls 15 MiB behind.
+	l := outbuf.New(capacity, outbuf.WithClock(newClock(t)))
 	stuck := l.Cursor(outbuf.Oldest) // never reads until the end
 
 	type result struct {
@@ -535,36 +534,17 @@ func TestSlowCursorDoesNotBlockOthers(t *testing.T) {
 		err       error
 	}
 	results := make(chan result, readers)
-	fast := make([]*outbuf.Cursor, readers)
 	var wg sync.WaitGroup
-	for i := range fast {
-		fast[i] = l.Cursor(outbuf.Oldest)
+	for range readers {
+		r := l.Follow(outbuf.Oldest)
 		wg.Go(func() {
-			got, lost, err := follow(fast[i])
+			defer r.Close()
+			got, lost, err := follow(r)
 			results <- result{got, lost, err}
 		})
 	}
-
-	// The writer writes bursts of half the capacity, and between bursts
-	// the test waits for the fast readers to catch up. That pacing is the
-	// test's, not the log's: it makes "the fast readers lose nothing"
-	// deterministic however slowly they are scheduled. The log is never
-	// asked to wait for anyone, and the stuck cursor falls 63 MiB behind.
-	var off int64
-	for off < total {
-		for range capacity / 2 / chunk {
-			l.Write(1, pattern(off, chunk))
-			off += chunk
-		}
-		deadline := time.Now().Add(30 * time.Second)
-		for _, c := range fast {
-			for c.Offset() != off {
-				if time.Now().After(deadline) {
-					t.Fatalf("a fast reader is stuck at %d, end %d", c.Offset(), off)
-				}
-				time.Sleep(100 * time.Microsecond)
-			}
-		}
+	for off := int64(0); off < total; off += chunk {
+		l.WritePaced(t.Context(), 1, pattern(off, chunk))
 	}
 	l.Close()
 	wg.Wait()

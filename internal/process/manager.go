@@ -15,11 +15,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/identity"
-	"github.com/envd-dev/envd/internal/outbuf"
 	"github.com/envd-dev/envd/internal/reaper"
 )
 
@@ -39,6 +39,9 @@ type Options struct {
 	// reader (Process.Follow) that reads nothing before leaving it behind
 	// (see flow.go). Zero: 2 s.
 	ReaderGrace time.Duration
+	// Clock measures ReaderGrace and the streams' keepalives. Zero: the
+	// real clock.
+	Clock quartz.Clock
 }
 
 // StartOptions says what to run and how.
@@ -83,6 +86,9 @@ func NewManager(opts Options) *Manager {
 	if opts.ReaderGrace <= 0 {
 		opts.ReaderGrace = 2 * time.Second
 	}
+	if opts.Clock == nil {
+		opts.Clock = quartz.NewReal()
+	}
 	return &Manager{
 		opts:   opts,
 		logger: opts.Logger,
@@ -126,14 +132,12 @@ func (m *Manager) Start(o StartOptions) (*Process, error) {
 	p := &Process{
 		tag:     o.Tag,
 		config:  o.Config,
-		log:     outbuf.New(m.opts.LogSize),
+		log:     newLog(m.opts),
 		done:    make(chan struct{}),
 		logSize: m.opts.LogSize,
-		grace:   m.opts.ReaderGrace,
-		hurry:   make(chan struct{}),
 		killc:   make(chan struct{}),
-		readers: map[*Reader]struct{}{},
 	}
+	p.startPacing()
 	var childEnds []*os.File
 	closeAll := func(fs []*os.File) {
 		for _, f := range fs {

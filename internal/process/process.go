@@ -16,7 +16,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -94,13 +93,9 @@ type Process struct {
 	signal   func(syscall.Signal) error
 
 	// Flow control (flow.go).
-	logSize  int
-	grace    time.Duration
-	chunks   atomic.Uint64 // records the drains appended
-	hurry    chan struct{} // closed when output is no longer waited for
-	flowMu   sync.Mutex
-	readers  map[*Reader]struct{} // guarded by flowMu
-	flowWake chan struct{}        // guarded by flowMu; closed when a reader reads or leaves
+	logSize int
+	pacing  context.Context    // the drains' paced writes wait for followers until it is done
+	hurry   context.CancelFunc // ends pacing: output is no longer waited for
 
 	done chan struct{} // closed once exit is set and the log is closed
 	exit Exit          // valid after done
@@ -256,9 +251,7 @@ func (p *Process) drain(f *os.File, kind uint8, wg *sync.WaitGroup) {
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
-			p.holdBack(n)
-			p.log.Write(kind, buf[:n])
-			p.chunks.Add(1)
+			p.log.WritePaced(p.pacing, kind, buf[:n])
 		}
 		// A chunk stays well under the log's size, or one record would
 		// push a reader that keeps up out of it (see flow.go).
@@ -297,7 +290,7 @@ func (p *Process) wait(exitc <-chan reaper.Exit, cleanup func()) {
 		select {
 		case <-drained:
 		case <-time.After(killGrace):
-			close(p.hurry)
+			p.hurry()
 			for _, f := range p.outputs {
 				f.SetReadDeadline(time.Now())
 			}

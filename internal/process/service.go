@@ -17,6 +17,7 @@ import (
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/outbuf"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/internal/streamloop"
 )
 
 // Service is the process.Process Connect service: the only place that knows
@@ -138,7 +139,7 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 	if err != nil {
 		return toConnectErr(err)
 	}
-	return streamEvents(ctx, p, server.KeepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
+	return s.streamEvents(ctx, p, server.KeepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: e})
 	})
 }
@@ -154,7 +155,7 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 	if err != nil {
 		return toConnectErr(err)
 	}
-	return streamEvents(ctx, p, server.KeepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
+	return s.streamEvents(ctx, p, server.KeepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
 		return stream.Send(&pb.ConnectResponse{Event: e})
 	})
 }
@@ -162,52 +163,62 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 // streamEvents sends start, then every output record, keepalives while the
 // process is quiet, and the end once its output is exhausted. It owns send:
 // only this goroutine writes to the stream.
-func streamEvents(ctx context.Context, p *Process, keepalive time.Duration, send func(*pb.ProcessEvent) error) error {
-	cur := p.Follow()
-	defer cur.Close()
+func (s *Service) streamEvents(ctx context.Context, p *Process, keepalive time.Duration, send func(*pb.ProcessEvent) error) error {
+	rd := p.Follow()
+	defer rd.Close()
 	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: p.Pid()}}}); err != nil {
 		return err
 	}
-	ticker := time.NewTicker(keepalive)
-	defer ticker.Stop()
-	for {
-		recs, err := cur.Read()
-		if lost, ok := errors.AsType[*outbuf.LostError](err); ok {
-			return connect.NewError(connect.CodeDataLoss, fmt.Errorf("process %d: this reader fell behind: %w; its output goes on: reconnect to follow it", p.Pid(), lost))
-		}
-		if err != nil { // io.EOF: every byte was sent
-			// The log closes just before the exit is published: wait for it.
-			select {
-			case <-p.Done():
-			case <-ctx.Done():
-				return ctx.Err()
+	eof := false // every byte was sent; the log closes just before the exit is published
+	return streamloop.Loop{
+		Clock:     s.m.opts.Clock,
+		Keepalive: keepalive,
+		Ready: func() <-chan struct{} {
+			if eof {
+				return p.Done()
 			}
-			ex, _ := p.Exit()
-			end := &pb.ProcessEvent_EndEvent{ExitCode: int32(ex.Code), Exited: ex.Exited, Status: ex.Status}
-			if ex.Code != 0 || !ex.Exited {
-				end.Error = &ex.Status
+			return rd.Wait()
+		},
+		Pump: func() (bool, error) {
+			if eof {
+				return false, sendEnd(p, send)
 			}
-			return send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}})
-		}
-		for _, r := range recs {
-			if err := send(dataEvent(r)); err != nil {
-				return err
+			recs, err := rd.Read()
+			if lost, ok := errors.AsType[*outbuf.LostError](err); ok {
+				return false, connect.NewError(connect.CodeDataLoss, fmt.Errorf("process %d: this reader fell behind: %w; its output goes on: reconnect to follow it", p.Pid(), lost))
 			}
-		}
-		if len(recs) > 0 {
-			ticker.Reset(keepalive)
-			continue
-		}
-		select {
-		case <-cur.Wait():
-		case <-ticker.C:
-			if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Keepalive{Keepalive: &pb.ProcessEvent_KeepAlive{}}}); err != nil {
-				return err
+			if err != nil { // io.EOF
+				eof = true
+				return false, sendEnd(p, send)
 			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+			for _, r := range recs {
+				if err := send(dataEvent(r)); err != nil {
+					return false, err
+				}
+			}
+			return len(recs) > 0, nil
+		},
+		SendKeepalive: func() error {
+			return send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Keepalive{Keepalive: &pb.ProcessEvent_KeepAlive{}}})
+		},
+	}.Run(ctx)
+}
+
+// sendEnd sends the process's end once it is published, and returns
+// streamloop.Done; before, it returns nil (the loop waits for p.Done).
+func sendEnd(p *Process, send func(*pb.ProcessEvent) error) error {
+	ex, ok := p.Exit()
+	if !ok {
+		return nil
 	}
+	end := &pb.ProcessEvent_EndEvent{ExitCode: int32(ex.Code), Exited: ex.Exited, Status: ex.Status}
+	if ex.Code != 0 || !ex.Exited {
+		end.Error = &ex.Status
+	}
+	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}); err != nil {
+		return err
+	}
+	return streamloop.Done
 }
 
 func dataEvent(r outbuf.Record) *pb.ProcessEvent {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/coder/quartz"
 
 	pb "github.com/envd-dev/envd/gen/process"
 	"github.com/envd-dev/envd/internal/outbuf"
@@ -276,7 +277,9 @@ func TestBigStream(t *testing.T) {
 		total = 256 << 20
 	}
 	const heapLimit = 200 << 20
-	s := processtest.New(t, processtest.Options{})
+	// A clock that never moves: the client is never left behind (after
+	// ReaderGrace of it), however long a loaded machine starves it.
+	s := processtest.New(t, processtest.Options{Clock: quartz.NewMock(t).WithLogger(quietLogger{})})
 	c := s.Client(t, processtest.ClientOptions{Codec: processtest.Binary})
 	var peak atomic.Uint64
 	stop := make(chan struct{})

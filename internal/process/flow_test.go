@@ -1,0 +1,179 @@
+package process_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/coder/quartz"
+
+	"github.com/envd-dev/envd/internal/outbuf"
+	"github.com/envd-dev/envd/internal/process"
+)
+
+type quietLogger struct{}
+
+func (quietLogger) Log(...any)          {}
+func (quietLogger) Logf(string, ...any) {}
+
+// paceContext bounds a test's waits on the mock clock: it only turns a hang
+// into a failure.
+func paceContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), waitLong)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// firstWait returns the first paced wait trapped by trap, or nil if done
+// was closed (the program ended) without one.
+func firstWait(ctx context.Context, t *testing.T, trap *quartz.Trap, done <-chan struct{}) *quartz.Call {
+	t.Helper()
+	calls := make(chan *quartz.Call, 1)
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		defer close(calls)
+		if c, err := trap.Wait(waitCtx); err == nil {
+			calls <- c
+		}
+	}()
+	select {
+	case c := <-calls:
+		if c == nil {
+			t.Fatalf("no paced wait: %v", ctx.Err())
+		}
+		return c
+	case <-done:
+		cancel()
+		return <-calls
+	}
+}
+
+// TestFlowLateReaderAfterQuiet: after a second of quiet, a follower that
+// comes 5 ms late into a 128 KiB burst through a 64 KiB log loses nothing
+// (issue 8 item 11, for process output).
+func TestFlowLateReaderAfterQuiet(t *testing.T) {
+	t.Parallel()
+	const logSize, burst = 64 << 10, 128 << 10
+	ctx := paceContext(t)
+	clk := quartz.NewMock(t).WithLogger(quietLogger{})
+	m := newManager(t, process.Options{LogSize: logSize, ReaderGrace: time.Second, Clock: clk})
+	p := startDomain(t, m, "sh", "-c", "echo ready; read x; head -c "+strconv.Itoa(burst)+" /dev/zero")
+	r := p.Follow()
+	defer r.Close()
+	var got int64
+	for got < int64(len("ready\n")) {
+		recs, err := r.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range recs {
+			got += int64(len(rec.Data))
+		}
+		if len(recs) == 0 {
+			select {
+			case <-r.Wait():
+			case <-ctx.Done():
+				t.Fatal("no ready line")
+			}
+		}
+	}
+	clk.Advance(time.Second).MustWait(ctx) // a quiet second
+
+	trap := clk.Trap().NewTimer("outbuf", "pace")
+	defer trap.Close()
+	if err := p.WriteStdin(ctx, []byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	if call := firstWait(ctx, t, trap, p.Done()); call != nil { // the drain waits for the reader
+		if call.Duration != time.Second {
+			t.Errorf("the drain waits %v for the reader, want the grace, 1s", call.Duration)
+		}
+		call.MustRelease(ctx)
+		trap.Close()
+		clk.Advance(5 * time.Millisecond).MustWait(ctx) // the reader is 5 ms late
+	} else {
+		t.Error("the program ended without waiting for its reader")
+	}
+	got, lost := readToEnd(ctx, t, r)
+	if got != burst || lost != 0 {
+		t.Fatalf("the late reader got %d bytes and lost %d, want %d and 0", got, lost, burst)
+	}
+}
+
+// readToEnd reads r until io.EOF, counting the bytes it gets and loses.
+func readToEnd(ctx context.Context, t *testing.T, r *process.Reader) (got, lost int64) {
+	t.Helper()
+	for {
+		recs, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return got, lost
+		}
+		if le, ok := errors.AsType[*outbuf.LostError](err); ok {
+			lost += le.Lost()
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+		for _, rec := range recs {
+			got += int64(len(rec.Data))
+		}
+		if len(recs) == 0 {
+			select {
+			case <-r.Wait():
+			case <-ctx.Done():
+				t.Fatalf("output not over after %d bytes: %v", got, ctx.Err())
+			}
+		}
+	}
+}
+
+// TestFlowStalledReaderLeftBehind: a follower that reads nothing holds the
+// program exactly ReaderGrace, once; then the program runs on, and the
+// follower's next Read says how many bytes it lost.
+func TestFlowStalledReaderLeftBehind(t *testing.T) {
+	t.Parallel()
+	const logSize, total = 64 << 10, 1 << 20
+	const grace = 2 * time.Second
+	ctx := paceContext(t)
+	clk := quartz.NewMock(t).WithLogger(quietLogger{})
+	m := newManager(t, process.Options{LogSize: logSize, ReaderGrace: grace, Clock: clk})
+	trap := clk.Trap().NewTimer("outbuf", "pace")
+	defer trap.Close()
+	p := startDomain(t, m, "sh", "-c", "read x; head -c "+strconv.Itoa(total)+" /dev/zero")
+	stuck := p.Follow()
+	defer stuck.Close()
+	if err := p.WriteStdin(ctx, []byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	call := firstWait(ctx, t, trap, p.Done())
+	if call == nil {
+		t.Fatal("the program ended without waiting for its reader")
+	}
+	if call.Duration != grace {
+		t.Errorf("the drain waits %v, want the grace %v", call.Duration, grace)
+	}
+	call.MustRelease(ctx)
+	trap.Close()
+	clk.Advance(grace - time.Nanosecond).MustWait(ctx)
+	select {
+	case <-p.Done():
+		t.Fatal("the program ended before the grace was over")
+	default:
+	}
+	clk.Advance(time.Nanosecond).MustWait(ctx)
+	waitDone(t, p, waitShort) // no more waiting: the clock stays still
+	_, err := stuck.Read()
+	lost, ok := errors.AsType[*outbuf.LostError](err)
+	if !ok {
+		t.Fatalf("stuck reader: Read = %v, want a *outbuf.LostError", err)
+	}
+	rest, more := readToEnd(ctx, t, stuck)
+	if lost.From != 0 || more != 0 || lost.Lost()+rest != total || rest > logSize {
+		t.Errorf("lost %d bytes from %d, then read %d: want all %d from 0, at most %d retained", lost.Lost(), lost.From, rest, total, logSize)
+	}
+}
