@@ -132,22 +132,6 @@ func procState(pid int) (state byte, ppid int, ok bool) {
 	return f[0][0], ppid, true
 }
 
-// zombiesOfSelf lists the zombies whose parent is this test process.
-func zombiesOfSelf() []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if st, ppid, ok := procState(pid); ok && st == 'Z' && ppid == os.Getpid() {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
 // TestOrphanReaped: a child forks a grandchild and exits; the grandchild is
 // reparented to us (the subreaper), and once it exits it is reaped, not left
 // a zombie, while the child's own status still reaches its owner.
@@ -219,6 +203,7 @@ func TestConcurrentStarts(t *testing.T) {
 	const n = 64
 	type result struct {
 		i   int
+		pid int
 		e   reaper.Exit
 		err error
 	}
@@ -231,14 +216,15 @@ func TestConcurrentStarts(t *testing.T) {
 			if i%4 == 3 {
 				script = "kill -KILL $$"
 			}
-			ch, err := reaper.Start(exec.Command("/bin/sh", "-c", script))
+			cmd := exec.Command("/bin/sh", "-c", script)
+			ch, err := reaper.Start(cmd)
 			if err != nil {
 				results <- result{i: i, err: err}
 				return
 			}
 			select {
 			case e := <-ch:
-				results <- result{i: i, e: e}
+				results <- result{i: i, pid: cmd.Process.Pid, e: e}
 			case <-time.After(waitTimeout):
 				results <- result{i: i, err: errors.New("no exit status")}
 			}
@@ -258,14 +244,9 @@ func TestConcurrentStarts(t *testing.T) {
 		if r.e.String() != want {
 			t.Errorf("child %d: exit %q, want %q", r.i, r.e, want)
 		}
-	}
-	if z := zombiesOfSelf(); len(z) > 0 {
-		// Other parallel tests may have a child that just exited: look again.
-		time.Sleep(200 * time.Millisecond)
-		for _, pid := range z {
-			if st, ppid, ok := procState(pid); ok && st == 'Z' && ppid == os.Getpid() {
-				t.Errorf("zombie %d left behind", pid)
-			}
+		// Its status came from the reap: it is no zombie.
+		if st, ppid, ok := procState(r.pid); ok && st == 'Z' && ppid == os.Getpid() {
+			t.Errorf("child %d: pid %d left a zombie", r.i, r.pid)
 		}
 	}
 }
@@ -421,5 +402,107 @@ func TestStartWithoutEnable(t *testing.T) {
 	b, _ := os.ReadFile(out.Name())
 	if e.Code() != 0 || !bytes.Contains(b, []byte("--- PASS: TestStartWithoutEnable")) {
 		t.Fatalf("child test run: %s\n%s", e, b)
+	}
+}
+
+// TestManyConcurrentChildren: 800 short children started at once, with the
+// subreaper on, each get their own exit status (many exit before their
+// Start has registered them), and nothing is left kept for them.
+func TestManyConcurrentChildren(t *testing.T) {
+	t.Parallel()
+	const n = 800
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			script, want := fmt.Sprintf("exit %d", i%250), fmt.Sprintf("exit status %d", i%250)
+			if i%7 == 6 {
+				script, want = "kill -KILL $$", "signal: killed"
+			}
+			ch, err := reaper.Start(exec.Command("/bin/sh", "-c", script))
+			if err != nil {
+				errs[i] = fmt.Errorf("start: %w", err)
+				return
+			}
+			select {
+			case e := <-ch:
+				if e.String() != want {
+					errs[i] = fmt.Errorf("exit %q, want %q", e, want)
+				}
+			case <-time.After(waitTimeout):
+				errs[i] = errors.New("no exit status")
+			}
+		})
+	}
+	wg.Wait()
+	failed := 0
+	for i, err := range errs {
+		if err != nil {
+			failed++
+			if failed <= 10 {
+				t.Errorf("child %d: %v", i, err)
+			}
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d children did not get their exit status", failed, n)
+	}
+}
+
+// TestStartsDoNotWaitForEachOther: while one Start is stuck between its fork
+// and its exec, other Starts start, and their children are reaped and
+// reported. (A reaper that held its lock across fork/exec would stall them
+// all behind the stuck one.)
+func TestStartsDoNotWaitForEachOther(t *testing.T) {
+	// Not parallel: it swaps how Start forks, and no other test runs meanwhile.
+	entered, release := make(chan struct{}), make(chan struct{})
+	restore := reaper.SetStartProcess(func(cmd *exec.Cmd) error {
+		if len(cmd.Args) > 1 && cmd.Args[1] == "stuck" {
+			close(entered)
+			<-release
+		}
+		return cmd.Start()
+	})
+	defer restore()
+	stuck := make(chan error, 1)
+	var stuckExit <-chan reaper.Exit
+	go func() {
+		ch, err := reaper.Start(exec.Command("/bin/echo", "stuck"))
+		stuckExit = ch
+		stuck <- err
+	}()
+	<-entered
+	done := make(chan error, 1)
+	go func() {
+		for i := range 20 {
+			ch, err := reaper.Start(exec.Command("/bin/sh", "-c", fmt.Sprintf("exit %d", i)))
+			if err != nil {
+				done <- err
+				return
+			}
+			if e := <-ch; e.Code() != i {
+				done <- fmt.Errorf("child %d: exit %q", i, e)
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(waitTimeout):
+		t.Error("Starts waited for a Start in flight")
+	}
+	close(release)
+	if err := <-stuck; err != nil {
+		t.Fatalf("stuck Start: %v", err)
+	}
+	if e := <-stuckExit; e.Code() != 0 {
+		t.Errorf("stuck child: exit %q", e)
+	}
+	if n := reaper.Unclaimed(); n != 0 {
+		t.Errorf("%d exits still kept with no Start in flight", n)
 	}
 }
