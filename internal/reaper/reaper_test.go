@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(disabledEnv) == "" {
 		// As the daemon does: the whole test binary is a subreaper, and
 		// every child below goes through reaper.Start.
-		if err := reaper.Enable(slog.New(slog.DiscardHandler)); err != nil {
+		if err := reaper.Enable(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))); err != nil {
 			fmt.Fprintln(os.Stderr, "reaper.Enable:", err)
 			os.Exit(1)
 		}
@@ -419,7 +420,8 @@ func TestManyConcurrentChildren(t *testing.T) {
 			if i%7 == 6 {
 				script, want = "kill -KILL $$", "signal: killed"
 			}
-			ch, err := reaper.Start(exec.Command("/bin/sh", "-c", script))
+			cmd := exec.Command("/bin/sh", "-c", script)
+			ch, err := reaper.Start(cmd)
 			if err != nil {
 				errs[i] = fmt.Errorf("start: %w", err)
 				return
@@ -430,7 +432,8 @@ func TestManyConcurrentChildren(t *testing.T) {
 					errs[i] = fmt.Errorf("exit %q, want %q", e, want)
 				}
 			case <-time.After(waitTimeout):
-				errs[i] = errors.New("no exit status")
+				st, ppid, ok := procState(cmd.Process.Pid)
+				errs[i] = fmt.Errorf("no exit status: pid %d state %c ppid %d inproc %v unclaimed %d", cmd.Process.Pid, st, ppid, ok, reaper.Unclaimed())
 			}
 		})
 	}
@@ -445,6 +448,13 @@ func TestManyConcurrentChildren(t *testing.T) {
 		}
 	}
 	if failed > 0 {
+		buf := make([]byte, 1<<22)
+		buf = buf[:runtime.Stack(buf, true)]
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "reaper.") && !strings.Contains(g, "TestManyConcurrentChildren.func1") {
+				t.Log(g)
+			}
+		}
 		t.Errorf("%d of %d children did not get their exit status", failed, n)
 	}
 }
