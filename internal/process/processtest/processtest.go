@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/coder/quartz"
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/gen/process/processconnect"
@@ -53,6 +54,8 @@ type Options struct {
 	LogSize     int
 	Retention   time.Duration
 	ReaderGrace time.Duration
+	// Clock goes to process.Options (zero: the real clock).
+	Clock quartz.Clock
 }
 
 // Server is a served process service.
@@ -82,7 +85,7 @@ func New(t testing.TB, o Options) *Server {
 	log := Logger()
 	defs := defaults.New(o.DefaultUser, FixedEnv)
 	m := process.NewManager(process.Options{
-		Logger: log, Env: defs.Env, LogSize: o.LogSize, Retention: o.Retention, ReaderGrace: o.ReaderGrace,
+		Logger: log, Env: defs.Env, LogSize: o.LogSize, Retention: o.Retention, ReaderGrace: o.ReaderGrace, Clock: o.Clock,
 	})
 	// As daemon.Run wires it.
 	path, h := process.NewService(m, defs).Handler(server.HandlerOptions(log, defs)...)
