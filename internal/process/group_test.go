@@ -176,3 +176,48 @@ func TestCloseStdinDuringBlockedWrite(t *testing.T) {
 	kill(t, c, pid)
 	checkEnd(t, w.End(t, waitShort), killed)
 }
+
+// sessionOf lists the processes whose session is sid, from /proc.
+func sessionOf(sid uint32) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) >= 4 && f[3] == strconv.Itoa(int(sid)) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// TestSignalReachesSession: on a terminal the process leads a session, and a
+// job-control shell puts its jobs in groups of their own: a kill reaches
+// every process of the session, and the end comes once they are gone.
+func TestSignalReachesSession(t *testing.T) {
+	t.Parallel()
+	s := processtest.New(t, processtest.Options{})
+	c := s.Client(t, processtest.ClientOptions{})
+	w := start(t, c, &pb.StartRequest{Process: sh(`set -m; for i in 1 2 3 4 5; do sleep 1000 & done; echo ready; wait`), Pty: ptySize(80, 24)})
+	pid := w.Pid(t)
+	processtest.Eventually(t, waitShort, func() bool { return len(sessionOf(pid)) >= 6 }, "session of %d: %v", pid, sessionOf(pid))
+	if len(groupOf(pid)) >= 6 {
+		t.Fatalf("the jobs share the shell's group %d: the test does not exercise the session", pid)
+	}
+	kill(t, c, pid)
+	checkEnd(t, w.End(t, waitShort), killed)
+	if left := sessionOf(pid); len(left) > 0 {
+		t.Errorf("after the end, %d processes of the session of %d are left: %v", len(left), pid, left)
+		for _, q := range left {
+			unix.Kill(q, unix.SIGKILL)
+		}
+	}
+}
