@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/envd-dev/envd/internal/reaper"
 )
 
 // serverConfigPy turns TCP_NODELAY on for kernel WebSockets (~44 ms -> ~5 ms
@@ -35,7 +37,7 @@ type serverRun struct {
 	pid     int
 	marker  string        // "ENVD_JUPYTER_RUN=<random>"
 	exited  chan struct{} // closed once the process is reaped
-	waitErr error         // valid after exited
+	waitErr error         // valid after exited; nil for exit status 0, else says how it ended
 	out     *tailBuffer   // the server's and its kernels' stdout/stderr
 	outR    *os.File      // read end of their output pipe
 	outDone chan struct{} // closed when the output reader returns
@@ -93,18 +95,23 @@ func (s *Supervisor) spawn(port int) (*serverRun, error) {
 	cmd.Stdout, cmd.Stderr = w, w
 	run.cmd, run.outR = cmd, r
 
-	// Start and Wait on one goroutine locked to its OS thread: Pdeathsig
+	// Start and wait on one goroutine locked to its OS thread: Pdeathsig
 	// is tied to the forking thread, which must not exit under the server.
+	// Both go through the reaper, which reaps every child of envd (nobody
+	// else may wait, or the reap loop and Wait steal each other's status).
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
+		exitc, err := reaper.Start(cmd)
+		if err != nil {
 			started <- err
 			return
 		}
 		started <- nil
-		run.waitErr = cmd.Wait()
+		if ex := <-exitc; ex.Code() != 0 {
+			run.waitErr = errors.New(ex.String())
+		}
 		close(run.exited)
 	}()
 	err = <-started
@@ -268,11 +275,8 @@ func (s *Supervisor) finishOutput(run *serverRun) {
 	<-run.outDone
 }
 
+// exitDesc says how the server ended: "exit status 1", "signal: killed".
 func exitDesc(err error) string {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ProcessState.String() // "exit status 1", "signal: killed"
-	}
 	if err == nil {
 		return "exit status 0"
 	}

@@ -55,6 +55,18 @@ func testBadInputs(t *testing.T, s *processtest.Server, opts processtest.ClientO
 		t.Fatal(err)
 	}
 	withCwd := func(cwd string) *pb.ProcessConfig { cfg := sh("true"); cfg.Cwd = &cwd; return cfg }
+	// withEnv would leave a mark if it ran: a bad request starts nothing.
+	mark := filepath.Join(t.TempDir(), "started")
+	t.Cleanup(func() {
+		if _, err := os.Stat(mark); err == nil {
+			t.Errorf("a request with a bad env started its process")
+		}
+	})
+	withEnv := func(k, v string) *pb.ProcessConfig {
+		cfg := sh(`touch "$0"`, mark)
+		cfg.Envs = map[string]string{k: v}
+		return cfg
+	}
 
 	tests := []struct {
 		name string
@@ -88,6 +100,11 @@ func testBadInputs(t *testing.T, s *processtest.Server, opts processtest.ClientO
 		{"missing executable, absolute", startCall(c, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/no/such/bin"}}), connect.CodeInvalidArgument, []string{"/no/such/bin"}},
 		{"missing executable, on PATH", startCall(c, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "no-such-command-xyz"}}), connect.CodeInvalidArgument, []string{"no-such-command-xyz", "executable not found"}},
 		{"not executable", startCall(c, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: file}}), connect.CodeInvalidArgument, []string{file}},
+		{"env name with '='", startCall(c, &pb.StartRequest{Process: withEnv("A=B", "x")}), connect.CodeInvalidArgument, []string{`"A=B"`, "contains '='"}},
+		{"env name empty", startCall(c, &pb.StartRequest{Process: withEnv("", "x")}), connect.CodeInvalidArgument, []string{"name is empty"}},
+		{"env name with NUL", startCall(c, &pb.StartRequest{Process: withEnv("A\x00B", "x")}), connect.CodeInvalidArgument, []string{`"A\x00B"`, "NUL"}},
+		{"env value with NUL", startCall(c, &pb.StartRequest{Process: withEnv("GOOD", "a\x00b")}), connect.CodeInvalidArgument, []string{`"GOOD"`, "NUL"}},
+		{"arg with NUL", startCall(c, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/echo", Args: []string{"a\x00b"}}}), connect.CodeInvalidArgument, []string{"args[0]", "NUL"}},
 		{"empty cmd", startCall(c, &pb.StartRequest{Process: &pb.ProcessConfig{}}), connect.CodeInvalidArgument, []string{"cmd is empty"}},
 		{"no process", startCall(c, &pb.StartRequest{}), connect.CodeInvalidArgument, []string{"process is missing"}},
 		{"cwd missing", startCall(c, &pb.StartRequest{Process: withCwd("/no/such/dir")}), connect.CodeInvalidArgument, []string{"cwd '/no/such/dir' does not exist"}},

@@ -39,8 +39,9 @@ type Options struct {
 	// reader (Process.Follow) that reads nothing before leaving it behind
 	// (see flow.go). Zero: 2 s.
 	ReaderGrace time.Duration
-	// Clock measures ReaderGrace and the streams' keepalives. Zero: the
-	// real clock.
+	// Clock measures ReaderGrace and the streams' keepalives, and runs the
+	// lifetime timeouts and the grace a killed process's group gets to be
+	// gone. Zero: the real clock.
 	Clock quartz.Clock
 }
 
@@ -98,105 +99,181 @@ func NewManager(opts Options) *Manager {
 }
 
 // Start spawns a process. It returns once the program is exec'd; its output
-// is retained from the first byte.
+// is retained from the first byte. Its steps: validate the request, build
+// the command, give it its stdio, spawn it, register it, start its pumps.
 func (m *Manager) Start(o StartOptions) (*Process, error) {
+	if err := validate(o); err != nil {
+		return nil, err
+	}
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	cmd, err := m.command(o)
+	if err != nil {
+		return nil, err
+	}
+	p := m.newProcess(o)
+	childEnds, err := p.attachStdio(cmd, o)
+	if err != nil {
+		return nil, err
+	}
+	exitc, err := p.spawn(cmd, childEnds, o)
+	if err != nil {
+		return nil, err
+	}
+	m.register(p)
+	m.startPumps(p, exitc, o)
+	m.logger.Debug("process started", "pid", p.pid, "cmd", o.Config.Cmd, "user", o.User.Name, "pty", o.PTY != nil)
+	return p, nil
+}
+
+// validate checks a request before anything is started.
+func validate(o StartOptions) error {
 	if o.User == nil {
-		return nil, fmt.Errorf("%w: no user to run as", ErrUnauthorized)
+		return errorf(ErrUnauthorized, "no user to run as")
 	}
 	if o.Config.Cmd == "" {
-		return nil, fmt.Errorf("%w: cmd is empty: name the program to run, e.g. /bin/bash", ErrInvalid)
+		return errorf(ErrInvalid, "cmd is empty: name the program to run, e.g. /bin/bash")
+	}
+	if strings.ContainsRune(o.Config.Cmd, 0) {
+		return errorf(ErrInvalid, "cmd %q contains a NUL byte", o.Config.Cmd)
+	}
+	for i, a := range o.Config.Args {
+		if strings.ContainsRune(a, 0) {
+			return errorf(ErrInvalid, "args[%d] %q contains a NUL byte", i, a)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(o.Config.Envs)) {
+		switch {
+		case k == "":
+			return errorf(ErrInvalid, "envs: an environment variable name is empty")
+		case strings.ContainsRune(k, '='):
+			return errorf(ErrInvalid, "envs: environment variable name %q contains '=': a name cannot hold '=' (put it in the value)", k)
+		case strings.ContainsRune(k, 0):
+			return errorf(ErrInvalid, "envs: environment variable name %q contains a NUL byte", k)
+		case strings.ContainsRune(o.Config.Envs[k], 0):
+			return errorf(ErrInvalid, "envs: the value of environment variable %q contains a NUL byte", k)
+		}
 	}
 	if o.PTY != nil && (o.PTY.Cols == 0 || o.PTY.Rows == 0) {
-		return nil, fmt.Errorf("%w: terminal size %dx%d: cols and rows must both be at least 1", ErrInvalid, o.PTY.Cols, o.PTY.Rows)
+		return errorf(ErrInvalid, "terminal size %dx%d: cols and rows must both be at least 1", o.PTY.Cols, o.PTY.Rows)
 	}
 	if st, err := os.Stat(o.Dir); err != nil {
-		return nil, fmt.Errorf("%w: cwd '%s' does not exist", ErrInvalid, o.Dir)
+		return errorf(ErrInvalid, "cwd '%s' does not exist", o.Dir)
 	} else if !st.IsDir() {
-		return nil, fmt.Errorf("%w: cwd '%s' is not a directory", ErrInvalid, o.Dir)
+		return errorf(ErrInvalid, "cwd '%s' is not a directory", o.Dir)
 	}
-	m.mu.Lock()
-	closed := m.closed
-	m.mu.Unlock()
-	if closed {
-		return nil, fmt.Errorf("%w: envd is shutting down", ErrWrongState)
-	}
+	return nil
+}
 
+// checkOpen refuses new processes once Shutdown has begun.
+func (m *Manager) checkOpen() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errorf(ErrUnavailable, "envd is shutting down: no new processes")
+	}
+	return nil
+}
+
+// command builds the command: the program, its cwd, environment and user,
+// in a process group of its own (a session, on a terminal) so that signals
+// reach everything it starts.
+func (m *Manager) command(o StartOptions) (*exec.Cmd, error) {
 	cmd := exec.Command(o.Config.Cmd, o.Config.Args...)
 	if cmd.Err != nil {
-		return nil, fmt.Errorf("%w: %s: executable not found: %v", ErrInvalid, o.Config.Cmd, errors.Unwrap(cmd.Err))
+		return nil, errorf(ErrInvalid, "%s: executable not found: %v", o.Config.Cmd, errors.Unwrap(cmd.Err))
 	}
 	cmd.Dir = o.Dir
 	cmd.Env = m.env(o)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.User.Credential()}
+	if o.PTY != nil {
+		// A new session with the terminal as its controlling tty: the shell
+		// gets job control, and SIGHUP reaches it when the master closes.
+		cmd.SysProcAttr.Setsid = true
+		cmd.SysProcAttr.Setctty = true
+	} else {
+		cmd.SysProcAttr.Setpgid = true
+	}
+	return cmd, nil
+}
 
+func (m *Manager) newProcess(o StartOptions) *Process {
 	p := &Process{
 		tag:     o.Tag,
 		config:  o.Config,
 		log:     newLog(m.opts),
 		done:    make(chan struct{}),
 		logSize: m.opts.LogSize,
+		clock:   m.opts.Clock,
 		killc:   make(chan struct{}),
+		inSem:   make(chan struct{}, 1),
 	}
 	p.startPacing()
-	var childEnds []*os.File
-	closeAll := func(fs []*os.File) {
-		for _, f := range fs {
-			f.Close()
-		}
-	}
+	return p
+}
+
+// attachStdio gives cmd a terminal or pipes; it returns the child's ends,
+// which spawn closes once the child has its copies.
+func (p *Process) attachStdio(cmd *exec.Cmd, o StartOptions) (childEnds []*os.File, err error) {
 	if o.PTY != nil {
 		master, tty, err := openPTY(*o.PTY)
 		if err != nil {
-			return nil, fmt.Errorf("%w: open terminal: %v", ErrInvalid, err)
+			return nil, spawnError(err, "open terminal")
 		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-		// A new session with the terminal as its controlling tty: the shell
-		// gets job control, and SIGHUP reaches it when the master closes.
-		cmd.SysProcAttr.Setsid = true
-		cmd.SysProcAttr.Setctty = true
 		p.tty = master
 		p.outputs = []*os.File{master}
-		childEnds = []*os.File{tty}
-	} else {
-		outR, outW, err := outputPipe()
-		if err != nil {
-			return nil, fmt.Errorf("create stdout pipe: %w", err)
-		}
-		errR, errW, err := outputPipe()
-		if err != nil {
-			closeAll([]*os.File{outR, outW})
-			return nil, fmt.Errorf("create stderr pipe: %w", err)
-		}
-		cmd.Stdout, cmd.Stderr = outW, errW
-		p.outputs = []*os.File{outR, errR}
-		childEnds = []*os.File{outW, errW}
-		if o.Stdin {
-			inR, inW, err := os.Pipe()
-			if err != nil {
-				closeAll(append(p.outputs, childEnds...))
-				return nil, fmt.Errorf("create stdin pipe: %w", err)
-			}
-			cmd.Stdin = inR
-			p.stdin = inW
-			childEnds = append(childEnds, inR)
-		}
+		return []*os.File{tty}, nil
 	}
+	outR, outW, err := outputPipe()
+	if err != nil {
+		return nil, spawnError(err, "create stdout pipe")
+	}
+	errR, errW, err := outputPipe()
+	if err != nil {
+		closeAll(outR, outW)
+		return nil, spawnError(err, "create stderr pipe")
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	p.outputs = []*os.File{outR, errR}
+	childEnds = []*os.File{outW, errW}
+	if o.Stdin {
+		inR, inW, err := os.Pipe()
+		if err != nil {
+			closeAll(append(p.outputs, childEnds...)...)
+			return nil, spawnError(err, "create stdin pipe")
+		}
+		cmd.Stdin = inR
+		p.stdin = inW
+		childEnds = append(childEnds, inR)
+	}
+	return childEnds, nil
+}
 
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+// spawn forks and execs cmd through the reaper.
+func (p *Process) spawn(cmd *exec.Cmd, childEnds []*os.File, o StartOptions) (<-chan reaper.Exit, error) {
 	exitc, err := reaper.Start(cmd)
 	// The child has its own copies now (or failed to start): ours would keep
 	// the pipes open and hide its EOF.
-	closeAll(childEnds)
+	closeAll(childEnds...)
 	if err != nil {
-		closeAll(p.outputs)
+		closeAll(p.outputs...)
 		if p.stdin != nil {
 			p.stdin.Close()
 		}
 		if d := unsearchable(o.User, o.Dir); d != "" && errors.Is(err, syscall.EACCES) {
 			// exec reports a cwd the user may not enter as "fork/exec
 			// <cmd>: permission denied": name the directory instead.
-			return nil, fmt.Errorf("%w: cwd '%s': user '%s' may not enter '%s': permission denied", ErrInvalid, o.Dir, o.User.Name, d)
+			return nil, errorf(ErrInvalid, "cwd '%s': user '%s' may not enter '%s': permission denied", o.Dir, o.User.Name, d)
 		}
-		return nil, fmt.Errorf("%w: start %s: %v", ErrInvalid, o.Config.Cmd, err)
+		return nil, spawnError(errors.Unwrap(err), "start %s", o.Config.Cmd)
 	}
 	p.pid = uint32(cmd.Process.Pid)
 	// Signal and Release are serialized: a signal racing the end must find
@@ -209,33 +286,42 @@ func (m *Manager) Start(o StartOptions) (*Process, error) {
 		if released {
 			return os.ErrProcessDone
 		}
-		return cmd.Process.Signal(s)
+		return signalGroup(p.pid, p.tty != nil, s)
 	}
+	p.release = func() {
+		sigMu.Lock()
+		released = true
+		cmd.Process.Release()
+		sigMu.Unlock()
+	}
+	return exitc, nil
+}
 
+// register makes p findable.
+func (m *Manager) register(p *Process) {
 	m.mu.Lock()
 	m.live[p.pid] = p
 	delete(m.exited, p.pid)
 	m.mu.Unlock()
+}
 
-	var timer *time.Timer
+// startPumps starts what runs for the process's life: the lifetime timer and
+// the goroutine that drains its output and waits for its end.
+func (m *Manager) startPumps(p *Process, exitc <-chan reaper.Exit, o StartOptions) {
+	var timer *quartz.Timer
 	if o.Timeout > 0 {
-		timer = time.AfterFunc(o.Timeout, func() {
-			m.logger.Info("process lifetime ran out: killing it", "pid", p.pid, "timeout", o.Timeout)
+		timer = m.opts.Clock.AfterFunc(o.Timeout, func() {
+			m.logger.Info("process lifetime ran out: killing its process group", "pid", p.pid, "timeout", o.Timeout)
 			p.Signal(syscall.SIGKILL)
-		})
+		}, "process", "timeout")
 	}
 	go p.wait(exitc, func() {
 		if timer != nil {
 			timer.Stop()
 		}
-		sigMu.Lock()
-		released = true
-		cmd.Process.Release()
-		sigMu.Unlock()
+		p.release()
 		m.retire(p)
 	})
-	m.logger.Debug("process started", "pid", p.pid, "cmd", o.Config.Cmd, "user", o.User.Name, "pty", o.PTY != nil)
-	return p, nil
 }
 
 // env is the child's environment: the user's login environment, then the
@@ -365,9 +451,9 @@ func (m *Manager) Get(s Selector) (*Process, error) {
 		return p, nil
 	}
 	if p := find(m.exited, s); p != nil {
-		return nil, fmt.Errorf("%w: process with %s has already exited (%s)", ErrNotFound, s, p.exit.Status)
+		return nil, errorf(ErrNotFound, "process with %s has already exited (%s)", s, p.exit.Status)
 	}
-	return nil, fmt.Errorf("%w: process with %s not found", ErrNotFound, s)
+	return nil, errorf(ErrNotFound, "process with %s not found", s)
 }
 
 // Find finds a live process, or one that exited less than Retention ago.
@@ -380,7 +466,7 @@ func (m *Manager) Find(s Selector) (*Process, error) {
 	if p := find(m.exited, s); p != nil {
 		return p, nil
 	}
-	return nil, fmt.Errorf("%w: process with %s not found", ErrNotFound, s)
+	return nil, errorf(ErrNotFound, "process with %s not found", s)
 }
 
 func find(ps map[uint32]*Process, s Selector) *Process {

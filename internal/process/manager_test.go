@@ -124,7 +124,7 @@ func TestManagerShutdown(t *testing.T) {
 			t.Errorf("process %d: Exit = %+v, %v; want %s", p.Pid(), ex, ok, want)
 		}
 	}
-	if _, err := m.Start(process.StartOptions{Config: process.Config{Cmd: "true"}, User: lookup(t, "root"), Dir: "/"}); !errors.Is(err, process.ErrWrongState) {
-		t.Errorf("Start after Shutdown = %v, want ErrWrongState", err)
+	if _, err := m.Start(process.StartOptions{Config: process.Config{Cmd: "true"}, User: lookup(t, "root"), Dir: "/"}); !errors.Is(err, process.ErrUnavailable) {
+		t.Errorf("Start after Shutdown = %v, want ErrUnavailable (as elsewhere in envd)", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/creack/pty"
 
 	"github.com/envd-dev/envd/internal/outbuf"
@@ -30,14 +31,6 @@ const (
 	Stdout uint8 = 1
 	Stderr uint8 = 2
 	PTY    uint8 = 3
-)
-
-// Errors the adapter maps to wire codes.
-var (
-	ErrNotFound     = errors.New("process not found")
-	ErrInvalid      = errors.New("invalid request")
-	ErrWrongState   = errors.New("process cannot do that")
-	ErrUnauthorized = errors.New("not allowed")
 )
 
 // A drain reads a child's output in chunks of readChunk, 32 KiB as upstream,
@@ -52,9 +45,15 @@ const (
 // outputPipeSize is the kernel buffer of an output pipe (see outputPipe).
 const outputPipeSize = 1 << 20
 
-// killGrace is how long output still in a pipe is drained after a kill, since
-// a killed process's orphans may hold the pipe open for ever.
+// killGrace is how long output still in a pipe is drained after a kill, once
+// the process group is gone: a process that left the group may hold the pipe
+// open for ever.
 const killGrace = 50 * time.Millisecond
+
+// groupGrace is how long a killed process's group has to be gone before its
+// members get SIGKILL, and then again before the end is published anyway
+// (a member stuck in the kernel cannot be waited for for ever).
+const groupGrace = 2 * time.Second
 
 // Config is the command as the caller sent it, kept for List.
 type Config struct {
@@ -83,6 +82,10 @@ type Process struct {
 	config Config
 	log    *outbuf.Log
 
+	// inSem orders input writes; it is held across a write, which the
+	// writer's context can cut short. inMu guards only the stdin field, so
+	// closing stdin never waits for a write: it ends it.
+	inSem chan struct{}
 	inMu  sync.Mutex
 	stdin *os.File // guarded by inMu; nil when disabled or closed
 	tty   *os.File // the pty master; nil for pipe processes
@@ -90,7 +93,9 @@ type Process struct {
 	outputs  []*os.File    // read ends of stdout/stderr, or the pty master
 	killc    chan struct{} // closed by the first SIGKILL or SIGTERM sent
 	killOnce sync.Once
-	signal   func(syscall.Signal) error
+	signal   func(syscall.Signal) error // signals the process group (session)
+	release  func()                     // after the end: signal finds it done
+	clock    quartz.Clock
 
 	// Flow control (flow.go).
 	logSize int
@@ -136,23 +141,43 @@ func (p *Process) Output() *outbuf.Cursor {
 
 // WriteStdin writes b to the process's stdin pipe. A program that does not
 // read its stdin fills the pipe and the write waits: until ctx ends, which
-// then cuts it short (part of b may have been written).
+// then cuts it short (part of b may have been written), or until stdin is
+// closed. A write waits for the ones before it, as long as ctx allows.
 func (p *Process) WriteStdin(ctx context.Context, b []byte) error {
 	if p.tty != nil {
-		return fmt.Errorf("%w: process %d runs on a terminal: send its input as pty input", ErrWrongState, p.pid)
+		return errorf(ErrWrongState, "process %d runs on a terminal: send its input as pty input", p.pid)
 	}
+	release, err := p.inputTurn(ctx)
+	if err != nil {
+		return fmt.Errorf("write to stdin of process %d: an earlier input is still being written and it is not reading its input: %w", p.pid, err)
+	}
+	defer release()
 	p.inMu.Lock()
-	defer p.inMu.Unlock()
-	if p.stdin == nil {
-		return fmt.Errorf("%w: stdin of process %d is not enabled or already closed", ErrWrongState, p.pid)
+	f := p.stdin
+	p.inMu.Unlock()
+	if f == nil {
+		return errorf(ErrWrongState, "stdin of process %d is not enabled or already closed", p.pid)
 	}
-	if err := writeCtx(ctx, p.stdin, b); err != nil {
-		if ctx.Err() != nil {
+	if err := writeCtx(ctx, f, b); err != nil {
+		switch {
+		case ctx.Err() != nil:
 			return fmt.Errorf("write to stdin of process %d: it is not reading its input: %w", p.pid, ctx.Err())
+		case errors.Is(err, os.ErrClosed):
+			return errorf(ErrWrongState, "write to stdin of process %d: stdin was closed while the input was being written", p.pid)
 		}
-		return fmt.Errorf("%w: write to stdin of process %d: %v", ErrWrongState, p.pid, err)
+		return errorf(ErrWrongState, "write to stdin of process %d: %v", p.pid, err)
 	}
 	return nil
+}
+
+// inputTurn waits, as long as ctx allows, for the writes before this one.
+func (p *Process) inputTurn(ctx context.Context) (release func(), err error) {
+	select {
+	case p.inSem <- struct{}{}:
+		return func() { <-p.inSem }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // writeCtx writes b to f, a pipe or terminal in Go's poller, giving up when
@@ -175,41 +200,50 @@ func writeCtx(ctx context.Context, f *os.File, b []byte) error {
 // WriteStdin, a write the program does not take ends with ctx.
 func (p *Process) WritePTY(ctx context.Context, b []byte) error {
 	if p.tty == nil {
-		return fmt.Errorf("%w: process %d has no terminal: send its input as stdin", ErrWrongState, p.pid)
+		return errorf(ErrWrongState, "process %d has no terminal: send its input as stdin", p.pid)
 	}
-	p.inMu.Lock()
-	defer p.inMu.Unlock()
+	release, err := p.inputTurn(ctx)
+	if err != nil {
+		return fmt.Errorf("write to terminal of process %d: an earlier input is still being written and it is not reading its input: %w", p.pid, err)
+	}
+	defer release()
 	if err := writeCtx(ctx, p.tty, b); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("write to terminal of process %d: it is not reading its input: %w", p.pid, ctx.Err())
 		}
-		return fmt.Errorf("%w: write to terminal of process %d: %v", ErrWrongState, p.pid, err)
+		return errorf(ErrWrongState, "write to terminal of process %d: %v", p.pid, err)
 	}
 	return nil
 }
 
 // CloseStdin closes the stdin pipe so the process reads EOF. Closing a
-// closed or disabled stdin succeeds.
+// closed or disabled stdin succeeds. It does not wait for a write in
+// progress: that write ends, failed.
 func (p *Process) CloseStdin() error {
 	if p.tty != nil {
-		return fmt.Errorf("%w: process %d runs on a terminal, which has no stdin to close: send Ctrl+D (0x04) as pty input instead", ErrWrongState, p.pid)
+		return errorf(ErrWrongState, "process %d runs on a terminal, which has no stdin to close: send Ctrl+D (0x04) as pty input instead", p.pid)
 	}
-	p.inMu.Lock()
-	defer p.inMu.Unlock()
-	if p.stdin != nil {
-		p.stdin.Close()
-		p.stdin = nil
-	}
+	p.closeStdin()
 	return nil
+}
+
+func (p *Process) closeStdin() {
+	p.inMu.Lock()
+	f := p.stdin
+	p.stdin = nil
+	p.inMu.Unlock()
+	if f != nil {
+		f.Close() // wakes a write blocked on it
+	}
 }
 
 // Resize sets the terminal's size; the process gets SIGWINCH.
 func (p *Process) Resize(s Size) error {
 	if p.tty == nil {
-		return fmt.Errorf("%w: process %d has no terminal to resize", ErrWrongState, p.pid)
+		return errorf(ErrWrongState, "process %d has no terminal to resize", p.pid)
 	}
 	if s.Cols == 0 || s.Rows == 0 {
-		return fmt.Errorf("%w: terminal size %dx%d: cols and rows must both be at least 1", ErrInvalid, s.Cols, s.Rows)
+		return errorf(ErrInvalid, "terminal size %dx%d: cols and rows must both be at least 1", s.Cols, s.Rows)
 	}
 	if err := pty.Setsize(p.tty, &pty.Winsize{Cols: s.Cols, Rows: s.Rows}); err != nil {
 		return fmt.Errorf("resize terminal of process %d: %w", p.pid, err)
@@ -217,12 +251,13 @@ func (p *Process) Resize(s Size) error {
 	return nil
 }
 
-// Signal sends sig to the process (its pid only, not its group). After
-// SIGKILL or SIGTERM the end no longer waits for orphans that still hold the
-// output pipes.
+// Signal sends sig to the process's group (to its session, on a terminal):
+// the program and everything it started that stayed in it. After SIGKILL or
+// SIGTERM the end waits for the group to be gone (see awaitGroup) but no
+// longer for output pipes held by processes outside it.
 func (p *Process) Signal(sig syscall.Signal) error {
 	if _, ended := p.Exit(); ended {
-		return fmt.Errorf("%w: process with pid %d has already exited", ErrNotFound, p.pid)
+		return errorf(ErrNotFound, "process with pid %d has already exited", p.pid)
 	}
 	stop := sig == syscall.SIGKILL || sig == syscall.SIGTERM
 	if stop {
@@ -236,7 +271,7 @@ func (p *Process) Signal(sig syscall.Signal) error {
 				// upstream's kill of the unreaped process does.
 				return nil
 			}
-			return fmt.Errorf("%w: process with pid %d has already exited", ErrNotFound, p.pid)
+			return errorf(ErrNotFound, "process with pid %d has already exited", p.pid)
 		}
 		return fmt.Errorf("signal process %d: %w", p.pid, err)
 	}
@@ -285,8 +320,9 @@ func (p *Process) wait(exitc <-chan reaper.Exit, cleanup func()) {
 	select {
 	case <-drained:
 	case <-p.killc: // before the exit, or after it while orphans hold the pipes
-		// Background children may keep the pipes open after a kill: take
-		// what is already buffered, then stop waiting for them.
+		p.awaitGroup()
+		// Processes that left the group may keep the pipes open after a
+		// kill: take what is already buffered, then stop waiting for them.
 		select {
 		case <-drained:
 		case <-time.After(killGrace):
@@ -300,14 +336,34 @@ func (p *Process) wait(exitc <-chan reaper.Exit, cleanup func()) {
 	for _, f := range p.outputs {
 		f.Close()
 	}
-	p.inMu.Lock()
-	if p.stdin != nil {
-		p.stdin.Close()
-		p.stdin = nil
-	}
-	p.inMu.Unlock()
+	p.closeStdin()
 	p.exit = Exit{Code: ex.Code(), Exited: ex.Status.Exited(), Status: ex.String()}
 	p.log.Close()
 	cleanup()
 	close(p.done)
+}
+
+// awaitGroup returns once the killed process's group (session) is gone: its
+// members exited and were reaped. Members still there after groupGrace get
+// SIGKILL; after another groupGrace it gives up on those stuck in the kernel.
+func (p *Process) awaitGroup() {
+	session := p.tty != nil
+	timer := p.clock.NewTimer(groupGrace, "process", "group")
+	defer timer.Stop()
+	for escalated := false; ; {
+		reaped := reaper.Reaped() // before the check: a reap after it wakes us
+		if groupGone(p.pid, session) {
+			return
+		}
+		select {
+		case <-reaped:
+		case <-timer.C:
+			if escalated {
+				return
+			}
+			escalated = true
+			signalGroup(p.pid, session, syscall.SIGKILL)
+			timer.Reset(groupGrace, "process", "group")
+		}
+	}
 }

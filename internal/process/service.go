@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"syscall"
 	"time"
 
@@ -39,46 +38,38 @@ func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) 
 	return processconnect.NewProcessHandler(s, opts...)
 }
 
-// toConnectErr maps domain errors to Connect codes, in this one place.
+// toConnectErr maps domain errors to Connect codes, in this one place: an
+// *Error by its kind, with its message as is; a context's end as such;
+// anything else is internal.
 func toConnectErr(err error) error {
-	var code connect.Code
-	switch {
-	case err == nil:
+	if err == nil {
 		return nil
-	case errors.Is(err, ErrNotFound):
-		code = connect.CodeNotFound
-	case errors.Is(err, ErrInvalid):
-		code = connect.CodeInvalidArgument
-	case errors.Is(err, ErrWrongState):
-		code = connect.CodeFailedPrecondition
-	case errors.Is(err, ErrUnauthorized):
-		code = connect.CodeUnauthenticated
+	}
+	code := connect.CodeInternal
+	var de *Error
+	switch {
+	case errors.As(err, &de):
+		code = kindCodes[de.Kind]
+		if code == 0 {
+			code = connect.CodeInternal
+		}
 	case errors.Is(err, context.DeadlineExceeded):
 		code = connect.CodeDeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		code = connect.CodeCanceled
-	default:
-		code = connect.CodeInternal
-	}
-	// The wire message is the domain's without the sentinel's text:
-	// "process with pid 7 not found", not "process not found: process with
-	// pid 7 not found".
-	for _, sentinel := range []error{ErrNotFound, ErrInvalid, ErrWrongState, ErrUnauthorized} {
-		if msg, ok := strings.CutPrefix(err.Error(), sentinel.Error()+": "); ok {
-			return connect.NewError(code, &wireError{msg: msg, err: err})
-		}
 	}
 	return connect.NewError(code, err)
 }
 
-// wireError is err with another message.
-type wireError struct {
-	msg string
-	err error
+var kindCodes = map[error]connect.Code{
+	ErrNotFound:     connect.CodeNotFound,
+	ErrInvalid:      connect.CodeInvalidArgument,
+	ErrWrongState:   connect.CodeFailedPrecondition,
+	ErrUnauthorized: connect.CodeUnauthenticated,
+	ErrUnavailable:  connect.CodeUnavailable,
+	ErrExhausted:    connect.CodeResourceExhausted,
+	errInternal:     connect.CodeInternal,
 }
-
-func (e *wireError) Error() string { return e.msg }
-func (e *wireError) Unwrap() error { return e.err }
 
 func selector(s *pb.ProcessSelector) (Selector, error) {
 	switch v := s.GetSelector().(type) {

@@ -7,8 +7,13 @@
 // loop reaps everything and hands each status to whoever started that pid:
 // every child envd starts goes through Start, and nobody calls exec.Cmd.Wait.
 //
-// Start registers the pid under the same lock the reap loop takes, so a child
-// that exits at once cannot be reaped before its owner is listening.
+// Start does not hold the lock across fork/exec, so concurrent starts do not
+// wait for each other (as containerd's shim, it subscribes before starting):
+// while any Start is between its fork and its registration, the reap loop
+// keeps the exits of pids nobody has registered yet, and Start claims its
+// own when it registers. An exit reaped before a Start began cannot be its
+// child's (that child was forked after the pid was freed), so it is never
+// handed to it.
 //
 // Until Enable is called (unit tests of other packages, say) Start waits for
 // each child with os.Process.Wait instead, and orphans are not reaped.
@@ -25,6 +30,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -62,7 +68,24 @@ var (
 	mu      sync.Mutex
 	enabled bool                  // guarded by mu
 	waiters = map[int]chan Exit{} // guarded by mu
+	// seq orders starts and reaps: it counts both. Guarded by mu.
+	seq uint64
+	// starting holds, for each Start between its fork and its registration,
+	// the seq at which it began (unique: seq counts starts). Guarded by mu.
+	starting = map[uint64]bool{}
+	// unclaimed holds exits of pids nobody had registered when they were
+	// reaped, while some Start was in flight: one of them may be its child.
+	// Guarded by mu; emptied of what no Start in flight can claim.
+	unclaimed = map[int]unclaimedExit{}
+	// reaped is closed, and replaced, after each round of reaping (see
+	// Reaped). Guarded by mu.
+	reaped = make(chan struct{})
 )
+
+type unclaimedExit struct {
+	exit Exit
+	seq  uint64 // when it was reaped
+}
 
 // Enable makes envd a child subreaper and starts the loop that reaps every
 // child on SIGCHLD. Call it early, before starting any child; later calls
@@ -71,6 +94,9 @@ func Enable(logger *slog.Logger) error {
 	enableOnce.Do(func() { enableErr = enable(logger) })
 	return enableErr
 }
+
+// sweepInterval is how often the reap loop looks for exits without a SIGCHLD.
+const sweepInterval = 100 * time.Millisecond
 
 var (
 	enableOnce sync.Once
@@ -87,7 +113,16 @@ func enable(logger *slog.Logger) error {
 	enabled = true
 	mu.Unlock()
 	go func() {
-		for range sigs {
+		// SIGCHLD drives the loop. A sweep every sweepInterval is the
+		// backstop: under a burst of exits some children were seen to stay
+		// zombies with no SIGCHLD left to wake the loop (139 of 800 in
+		// TestManyConcurrentChildren), their owners waiting for ever.
+		t := time.NewTicker(sweepInterval)
+		for {
+			select {
+			case <-sigs:
+			case <-t.C:
+			}
 			reapAll(logger)
 		}
 	}()
@@ -97,10 +132,15 @@ func enable(logger *slog.Logger) error {
 }
 
 // reapAll collects every child that has exited. SIGCHLD signals coalesce, so
-// one signal may stand for many exits: loop until none is left.
+// one signal may stand for many exits: loop until none is left. wait4 runs
+// outside the lock; only the hand-over takes it.
 func reapAll(logger *slog.Logger) {
-	mu.Lock()
-	defer mu.Unlock()
+	defer func() {
+		mu.Lock()
+		close(reaped)
+		reaped = make(chan struct{})
+		mu.Unlock()
+	}()
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
@@ -110,18 +150,42 @@ func reapAll(logger *slog.Logger) {
 		if err != nil || pid <= 0 {
 			return
 		}
-		if ch, ok := waiters[pid]; ok {
-			delete(waiters, pid)
-			ch <- Exit{Status: ws}
-			continue
-		}
-		logger.Debug("reaped orphan", "pid", pid, "status", Exit{Status: ws}.String())
+		deliver(logger, pid, Exit{Status: ws})
 	}
+}
+
+// deliver hands the exit of pid to its owner, keeps it for a Start in
+// flight, or logs an orphan's.
+func deliver(logger *slog.Logger, pid int, e Exit) {
+	mu.Lock()
+	defer mu.Unlock()
+	seq++
+	if ch, ok := waiters[pid]; ok {
+		delete(waiters, pid)
+		ch <- e
+		return
+	}
+	if len(starting) > 0 {
+		unclaimed[pid] = unclaimedExit{exit: e, seq: seq}
+		return
+	}
+	logger.Debug("reaped orphan", "pid", pid, "status", e.String())
+}
+
+// Reaped returns a channel that is closed after the reap loop's next round:
+// a way to wait for processes that are not envd's children (the members of
+// a process group, say) to be gone without polling. Without Enable nothing
+// is reaped and the channel is never closed.
+func Reaped() <-chan struct{} {
+	mu.Lock()
+	defer mu.Unlock()
+	return reaped
 }
 
 // Start starts cmd and returns a channel that receives its exit exactly once.
 // cmd's Stdin, Stdout and Stderr must be nil or *os.File: the caller never
 // calls cmd.Wait, so exec's copying goroutines would never be cleaned up.
+// Concurrent calls fork and exec in parallel.
 func Start(cmd *exec.Cmd) (<-chan Exit, error) {
 	for _, s := range []any{cmd.Stdin, cmd.Stdout, cmd.Stderr} {
 		if s == nil {
@@ -133,13 +197,66 @@ func Start(cmd *exec.Cmd) (<-chan Exit, error) {
 	}
 	ch := make(chan Exit, 1)
 	mu.Lock()
+	on := enabled
+	seq++
+	began := seq
+	if on {
+		starting[began] = true
+	}
+	mu.Unlock()
+	if !on {
+		if err := startUnreaped(cmd, ch); err != nil {
+			return nil, err
+		}
+		return ch, nil
+	}
+
+	err := startProcess(cmd) // without the lock: starts run in parallel
+
+	mu.Lock()
 	defer mu.Unlock()
-	if err := cmd.Start(); err != nil {
+	delete(starting, began)
+	if err == nil {
+		pid := cmd.Process.Pid
+		if u, ok := unclaimed[pid]; ok && u.seq > began {
+			delete(unclaimed, pid)
+			ch <- u.exit // it exited before we registered it
+		} else {
+			waiters[pid] = ch
+		}
+	}
+	forgetUnclaimedLocked()
+	if err != nil {
 		return nil, err
 	}
-	if enabled {
-		waiters[cmd.Process.Pid] = ch
-		return ch, nil
+	return ch, nil
+}
+
+// forgetUnclaimedLocked drops the exits that no Start in flight can claim:
+// those reaped before the oldest of them began. They were orphans'.
+func forgetUnclaimedLocked() {
+	if len(unclaimed) == 0 {
+		return
+	}
+	oldest := seq + 1
+	for s := range starting {
+		oldest = min(oldest, s)
+	}
+	for pid, u := range unclaimed {
+		if u.seq < oldest {
+			delete(unclaimed, pid)
+		}
+	}
+}
+
+// startProcess forks and execs cmd; a seam for tests that need a start to
+// stay in flight.
+var startProcess = (*exec.Cmd).Start
+
+// startUnreaped starts cmd when no reap loop runs: a goroutine waits for it.
+func startUnreaped(cmd *exec.Cmd, ch chan Exit) error {
+	if err := startProcess(cmd); err != nil {
+		return err
 	}
 	go func() {
 		st, err := cmd.Process.Wait()
@@ -150,7 +267,7 @@ func Start(cmd *exec.Cmd) (<-chan Exit, error) {
 		}
 		ch <- Exit{Status: st.Sys().(syscall.WaitStatus)}
 	}()
-	return ch, nil
+	return nil
 }
 
 // Children lists the pids whose parent is envd: the children it started and

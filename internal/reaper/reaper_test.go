@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(disabledEnv) == "" {
 		// As the daemon does: the whole test binary is a subreaper, and
 		// every child below goes through reaper.Start.
-		if err := reaper.Enable(slog.New(slog.DiscardHandler)); err != nil {
+		if err := reaper.Enable(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))); err != nil {
 			fmt.Fprintln(os.Stderr, "reaper.Enable:", err)
 			os.Exit(1)
 		}
@@ -132,22 +133,6 @@ func procState(pid int) (state byte, ppid int, ok bool) {
 	return f[0][0], ppid, true
 }
 
-// zombiesOfSelf lists the zombies whose parent is this test process.
-func zombiesOfSelf() []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if st, ppid, ok := procState(pid); ok && st == 'Z' && ppid == os.Getpid() {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
 // TestOrphanReaped: a child forks a grandchild and exits; the grandchild is
 // reparented to us (the subreaper), and once it exits it is reaped, not left
 // a zombie, while the child's own status still reaches its owner.
@@ -219,6 +204,7 @@ func TestConcurrentStarts(t *testing.T) {
 	const n = 64
 	type result struct {
 		i   int
+		pid int
 		e   reaper.Exit
 		err error
 	}
@@ -231,14 +217,15 @@ func TestConcurrentStarts(t *testing.T) {
 			if i%4 == 3 {
 				script = "kill -KILL $$"
 			}
-			ch, err := reaper.Start(exec.Command("/bin/sh", "-c", script))
+			cmd := exec.Command("/bin/sh", "-c", script)
+			ch, err := reaper.Start(cmd)
 			if err != nil {
 				results <- result{i: i, err: err}
 				return
 			}
 			select {
 			case e := <-ch:
-				results <- result{i: i, e: e}
+				results <- result{i: i, pid: cmd.Process.Pid, e: e}
 			case <-time.After(waitTimeout):
 				results <- result{i: i, err: errors.New("no exit status")}
 			}
@@ -258,14 +245,9 @@ func TestConcurrentStarts(t *testing.T) {
 		if r.e.String() != want {
 			t.Errorf("child %d: exit %q, want %q", r.i, r.e, want)
 		}
-	}
-	if z := zombiesOfSelf(); len(z) > 0 {
-		// Other parallel tests may have a child that just exited: look again.
-		time.Sleep(200 * time.Millisecond)
-		for _, pid := range z {
-			if st, ppid, ok := procState(pid); ok && st == 'Z' && ppid == os.Getpid() {
-				t.Errorf("zombie %d left behind", pid)
-			}
+		// Its status came from the reap: it is no zombie.
+		if st, ppid, ok := procState(r.pid); ok && st == 'Z' && ppid == os.Getpid() {
+			t.Errorf("child %d: pid %d left a zombie", r.i, r.pid)
 		}
 	}
 }
@@ -421,5 +403,116 @@ func TestStartWithoutEnable(t *testing.T) {
 	b, _ := os.ReadFile(out.Name())
 	if e.Code() != 0 || !bytes.Contains(b, []byte("--- PASS: TestStartWithoutEnable")) {
 		t.Fatalf("child test run: %s\n%s", e, b)
+	}
+}
+
+// TestManyConcurrentChildren: 800 short children started at once, with the
+// subreaper on, each get their own exit status (many exit before their
+// Start has registered them), and nothing is left kept for them.
+func TestManyConcurrentChildren(t *testing.T) {
+	t.Parallel()
+	const n = 800
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			script, want := fmt.Sprintf("exit %d", i%250), fmt.Sprintf("exit status %d", i%250)
+			if i%7 == 6 {
+				script, want = "kill -KILL $$", "signal: killed"
+			}
+			cmd := exec.Command("/bin/sh", "-c", script)
+			ch, err := reaper.Start(cmd)
+			if err != nil {
+				errs[i] = fmt.Errorf("start: %w", err)
+				return
+			}
+			select {
+			case e := <-ch:
+				if e.String() != want {
+					errs[i] = fmt.Errorf("exit %q, want %q", e, want)
+				}
+			case <-time.After(waitTimeout):
+				st, ppid, ok := procState(cmd.Process.Pid)
+				errs[i] = fmt.Errorf("no exit status: pid %d state %c ppid %d inproc %v unclaimed %d", cmd.Process.Pid, st, ppid, ok, reaper.Unclaimed())
+			}
+		})
+	}
+	wg.Wait()
+	failed := 0
+	for i, err := range errs {
+		if err != nil {
+			failed++
+			if failed <= 10 {
+				t.Errorf("child %d: %v", i, err)
+			}
+		}
+	}
+	if failed > 0 {
+		buf := make([]byte, 1<<22)
+		buf = buf[:runtime.Stack(buf, true)]
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "reaper.") && !strings.Contains(g, "TestManyConcurrentChildren.func1") {
+				t.Log(g)
+			}
+		}
+		t.Errorf("%d of %d children did not get their exit status", failed, n)
+	}
+}
+
+// TestStartsDoNotWaitForEachOther: while one Start is stuck between its fork
+// and its exec, other Starts start, and their children are reaped and
+// reported. (A reaper that held its lock across fork/exec would stall them
+// all behind the stuck one.)
+func TestStartsDoNotWaitForEachOther(t *testing.T) {
+	// Not parallel: it swaps how Start forks, and no other test runs meanwhile.
+	entered, release := make(chan struct{}), make(chan struct{})
+	restore := reaper.SetStartProcess(func(cmd *exec.Cmd) error {
+		if len(cmd.Args) > 1 && cmd.Args[1] == "stuck" {
+			close(entered)
+			<-release
+		}
+		return cmd.Start()
+	})
+	defer restore()
+	stuck := make(chan error, 1)
+	var stuckExit <-chan reaper.Exit
+	go func() {
+		ch, err := reaper.Start(exec.Command("/bin/echo", "stuck"))
+		stuckExit = ch
+		stuck <- err
+	}()
+	<-entered
+	done := make(chan error, 1)
+	go func() {
+		for i := range 20 {
+			ch, err := reaper.Start(exec.Command("/bin/sh", "-c", fmt.Sprintf("exit %d", i)))
+			if err != nil {
+				done <- err
+				return
+			}
+			if e := <-ch; e.Code() != i {
+				done <- fmt.Errorf("child %d: exit %q", i, e)
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(waitTimeout):
+		t.Error("Starts waited for a Start in flight")
+	}
+	close(release)
+	if err := <-stuck; err != nil {
+		t.Fatalf("stuck Start: %v", err)
+	}
+	if e := <-stuckExit; e.Code() != 0 {
+		t.Errorf("stuck child: exit %q", e)
+	}
+	if n := reaper.Unclaimed(); n != 0 {
+		t.Errorf("%d exits still kept with no Start in flight", n)
 	}
 }
