@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 
 	"github.com/envd-dev/envd/internal/outbuf"
 	"github.com/envd-dev/envd/internal/process"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 type quietLogger struct{}
@@ -175,5 +179,35 @@ func TestFlowStalledReaderLeftBehind(t *testing.T) {
 	rest, more := readToEnd(ctx, t, stuck)
 	if lost.From != 0 || more != 0 || lost.Lost()+rest != total || rest > logSize {
 		t.Errorf("lost %d bytes from %d, then read %d: want all %d from 0, at most %d retained", lost.Lost(), lost.From, rest, total, logSize)
+	}
+}
+
+// TestKilledOutputNotLost: output a killed program wrote before it died is
+// still in its pipe when its group is gone; the drains read it on past
+// killGrace, so a follower gets every byte or is told of each one it lost.
+// (A read deadline of "now" once dropped what the pipe still held, silently.)
+func TestKilledOutputNotLost(t *testing.T) {
+	t.Parallel()
+	const logSize, total = 64 << 10, 600000
+	ctx := paceContext(t)
+	// The clock never moves: the drain waits for the stalled follower until
+	// the kill stops pacing.
+	clk := quartz.NewMock(t).WithLogger(quietLogger{})
+	m := newManager(t, process.Options{LogSize: logSize, ReaderGrace: time.Hour, Clock: clk})
+	p := startDomain(t, m, "sh", "-c", "head -c "+strconv.Itoa(total)+" /dev/zero; exec sleep 1000")
+	stuck := p.Follow()
+	defer stuck.Close()
+	comm := "/proc/" + strconv.Itoa(int(p.Pid())) + "/comm"
+	testutil.Poll(t, "the program to have written its output", func() bool {
+		b, err := os.ReadFile(comm)
+		return err == nil && strings.TrimSpace(string(b)) == "sleep"
+	})
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, p, waitShort) // the follower has read nothing yet
+	got, lost := readToEnd(ctx, t, stuck)
+	if got+lost != total {
+		t.Fatalf("the follower got %d bytes and was told of %d lost: %d of %d vanished", got, lost, total-got-lost, total)
 	}
 }

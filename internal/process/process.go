@@ -16,11 +16,13 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/coder/quartz"
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/outbuf"
 	"github.com/envd-dev/envd/internal/reaper"
@@ -47,8 +49,15 @@ const outputPipeSize = 1 << 20
 
 // killGrace is how long output still in a pipe is drained after a kill, once
 // the process group is gone: a process that left the group may hold the pipe
-// open for ever.
+// open for ever. Past it, a drain keeps reading while reads return data (what
+// the group wrote before it died is still in the pipe), and stops at the
+// first killGrace of quiet or after lateBudget bytes (a leftover that writes
+// for ever must not hold the end back); what it leaves unread is counted in
+// the output.
 const killGrace = 50 * time.Millisecond
+
+// lateBudget bounds what a drain reads past killGrace: twice a full pipe.
+const lateBudget = 2 * outputPipeSize
 
 // groupGrace is how long a killed process's group has to be gone before its
 // members get SIGKILL, and then again before the end is published anyway
@@ -98,9 +107,10 @@ type Process struct {
 	clock    quartz.Clock
 
 	// Flow control (flow.go).
-	logSize int
-	pacing  context.Context    // the drains' paced writes wait for followers until it is done
-	hurry   context.CancelFunc // ends pacing: output is no longer waited for
+	logSize   int
+	lateBytes atomic.Int64       // read after output stopped being waited for (extendDrain)
+	pacing    context.Context    // the drains' paced writes wait for followers until it is done
+	hurry     context.CancelFunc // ends pacing: output is no longer waited for
 
 	done chan struct{} // closed once exit is set and the log is closed
 	exit Exit          // valid after done
@@ -287,6 +297,9 @@ func (p *Process) drain(f *os.File, kind uint8, wg *sync.WaitGroup) {
 		n, err := f.Read(buf)
 		if n > 0 {
 			p.log.WritePaced(p.pacing, kind, buf[:n])
+			if p.pacing.Err() != nil {
+				p.extendDrain(f, n)
+			}
 		}
 		// A chunk stays well under the log's size, or one record would
 		// push a reader that keeps up out of it (see flow.go).
@@ -294,12 +307,40 @@ func (p *Process) drain(f *os.File, kind uint8, wg *sync.WaitGroup) {
 			buf = make([]byte, 2*len(buf))
 		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.EIO) && !errors.Is(err, os.ErrDeadlineExceeded) {
+			switch {
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				if left := unread(f); left > 0 {
+					p.log.Write(Stderr, fmt.Appendf(nil, "envd: %d bytes of output were left unread: a process outside the killed process's group still holds its output open\n", left))
+				}
+			case !errors.Is(err, io.EOF) && !errors.Is(err, syscall.EIO):
 				p.log.Write(Stderr, fmt.Appendf(nil, "envd: reading output failed: %v\n", err))
 			}
 			return
 		}
 	}
+}
+
+// extendDrain lets a drain past killGrace read on after a read of n bytes:
+// another killGrace, until a log's worth of bytes has been read that way.
+func (p *Process) extendDrain(f *os.File, n int) {
+	if p.lateBytes.Add(int64(n)) > lateBudget {
+		f.SetReadDeadline(time.Now())
+		return
+	}
+	f.SetReadDeadline(time.Now().Add(killGrace))
+}
+
+// unread is how many bytes wait in the pipe (or terminal) f, 0 if unknown.
+func unread(f *os.File) int {
+	var n int
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	if cerr := rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); cerr != nil || err != nil {
+		return 0
+	}
+	return n
 }
 
 // wait ends the process's life: it waits for the exit, then for the output to
@@ -328,7 +369,7 @@ func (p *Process) wait(exitc <-chan reaper.Exit, cleanup func()) {
 		case <-time.After(killGrace):
 			p.hurry()
 			for _, f := range p.outputs {
-				f.SetReadDeadline(time.Now())
+				f.SetReadDeadline(time.Now().Add(killGrace))
 			}
 			<-drained
 		}
