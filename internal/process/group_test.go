@@ -104,9 +104,11 @@ func TestTimeoutReachesGroup(t *testing.T) {
 	// The Start call returns once the handler answers, which is after the
 	// timer is set: release the trapped call from another goroutine.
 	released := make(chan error, 1)
+	var lifetime time.Duration
 	go func() {
 		call, err := trap.Wait(wctx)
 		if err == nil {
+			lifetime = call.Duration
 			err = call.Release(wctx)
 		}
 		released <- err
@@ -115,8 +117,12 @@ func TestTimeoutReachesGroup(t *testing.T) {
 	if err := <-released; err != nil {
 		t.Fatalf("lifetime timer: %v", err)
 	}
-	_, aw := clock.AdvanceNext()
-	aw.MustWait(wctx)
+	// Keepalives tick on the same clock: run events until the lifetime is out.
+	for passed := time.Duration(0); passed < lifetime; {
+		d, aw := clock.AdvanceNext()
+		aw.MustWait(wctx)
+		passed += d
+	}
 	checkEnd(t, w.End(t, waitShort), killed)
 	noneLeft(t, pid)
 }
