@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/interpreter/codehttp"
 	"github.com/envd-dev/envd/internal/jupyter"
 	"github.com/envd-dev/envd/internal/jupyter/startup"
 	"github.com/envd-dev/envd/internal/server"
@@ -91,7 +92,7 @@ func (r mainRunner) Run() int {
 		_ = sup.Stop(context.Background())
 		return 1
 	}
-	api := interpreter.NewHTTP(eng, interpreter.HTTPOptions{Logger: testLogger(), Keepalive: testKeepalive})
+	api := codehttp.New(eng, codehttp.Options{Logger: testLogger(), Keepalive: testKeepalive})
 	h, err := server.New(server.Options{Logger: testLogger(), Routes: append(api.Routes(), api.HealthRoute())})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
