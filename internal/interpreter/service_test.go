@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/coder/quartz"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/envd-dev/envd/gen/envd/interpreter/v1"
@@ -502,34 +505,74 @@ func TestServiceAttachEvicted(t *testing.T) {
 // Keepalive-Ping-Interval; a queued one's too, before its started.
 func TestServiceKeepalive(t *testing.T) {
 	t.Parallel()
-	c := svc(t)
-	ctx := rpcContext(t, c, "")
-	busy, err := c.Execute(testCtx(t, execTimeout), connect.NewRequest(&pb.ExecuteRequest{ContextId: ctx.GetId(), Code: "import time\ntime.sleep(2.5)"}))
-	if err != nil {
-		t.Fatal(err)
+	ctx := testCtx(t, execTimeout)
+	clock := quartz.NewMock(t)
+	tickers := clock.Trap().NewTicker("keepalive")
+	defer tickers.Close()
+	c := serveService(t, serviceEngine(), codeconnect.Options{Clock: clock})
+	cx := rpcContext(t, c, "")
+	flag := filepath.Join(t.TempDir(), "go")
+	// A stream's call returns with its first message, which comes after
+	// its keepalive ticker is made (trapped): call in the background.
+	type opened struct {
+		s     *connect.ServerStreamForClient[pb.ExecuteResponse]
+		first *pb.ExecutionEvent
+		err   error
 	}
+	open := func(req *connect.Request[pb.ExecuteRequest]) <-chan opened {
+		ch := make(chan opened, 1)
+		go func() {
+			s, err := c.Execute(ctx, req)
+			if err != nil {
+				ch <- opened{err: err}
+				return
+			}
+			if !s.Receive() {
+				ch <- opened{s: s, err: fmt.Errorf("no first message: %w", s.Err())}
+				return
+			}
+			ch <- opened{s: s, first: s.Msg().GetEvent()}
+		}()
+		return ch
+	}
+	busyCh := open(connect.NewRequest(&pb.ExecuteRequest{ContextId: cx.GetId(),
+		Code: fmt.Sprintf("import os, time\nwhile not os.path.exists(%q):\n    time.sleep(0.01)", flag)}))
+	tickers.MustWait(ctx).MustRelease(ctx)
+	var o opened
+	select {
+	case o = <-busyCh:
+	case <-ctx.Done():
+		t.Fatal("the busy execution did not start")
+	}
+	if o.err != nil || o.first.GetStarted() == nil {
+		t.Fatalf("the busy execution: %v %v", o.first, o.err)
+	}
+	busy := o.s
 	defer busy.Close()
-	req := connect.NewRequest(&pb.ExecuteRequest{ContextId: ctx.GetId(), Code: "'queued'"})
+	req := connect.NewRequest(&pb.ExecuteRequest{ContextId: cx.GetId(), Code: "'queued'"})
 	req.Header().Set("Keepalive-Ping-Interval", "1")
-	queued, err := c.Execute(testCtx(t, execTimeout), req)
-	if err != nil {
-		t.Fatal(err)
+	queuedCh := open(req)
+	call := tickers.MustWait(ctx)
+	if call.Duration != time.Second {
+		t.Errorf("keepalive every %s, want the header's 1 s", call.Duration)
 	}
+	call.MustRelease(ctx)
+	clock.Advance(time.Second).MustWait(ctx)
+	select {
+	case o = <-queuedCh:
+	case <-ctx.Done():
+		t.Fatal("the queued execution's stream sent nothing")
+	}
+	if o.err != nil || o.first.GetKeepalive() == nil || o.first.GetSeq() != 0 {
+		t.Fatalf("queued: want a keepalive first, got %v (%v)", o.first, o.err)
+	}
+	queued := o.s
 	defer queued.Close()
-	var first *pb.ExecutionEvent
-	keepalives := 0
-	for queued.Receive() {
-		if ev := queued.Msg().GetEvent(); ev.GetKeepalive() == nil {
-			first = ev
-			break
-		}
-		keepalives++
-	}
-	if keepalives == 0 || first.GetStarted() == nil || first.GetSeq() != 0 {
-		t.Errorf("%d keepalives, then %v (%v)", keepalives, first, queued.Err())
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	e := receive(t, queued, (*pb.ExecuteResponse).GetEvent, -1)
-	if e.err != nil || e.results()[0].GetText() != "queued" {
+	if e.err != nil || e.evs[0].GetStarted() == nil || e.evs[0].GetSeq() != 0 || e.results()[0].GetText() != "queued" {
 		t.Errorf("the queued execution: %v", e)
 	}
 	b := receive(t, busy, (*pb.ExecuteResponse).GetEvent, -1)
