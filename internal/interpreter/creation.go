@@ -1,6 +1,7 @@
 package interpreter
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -63,6 +64,9 @@ func (cr *creation) finish(err error) {
 	cr.mu.Lock()
 	phase, since := cr.phase, cr.since
 	cr.mu.Unlock()
+	if errors.Is(err, ErrClosed) {
+		return
+	}
 	if err != nil {
 		cr.e.log.Warn("context creation failed", "language", cr.lang, "phase", phase,
 			"phase_duration", now.Sub(since), "duration", now.Sub(cr.began), "error", err)

@@ -258,7 +258,7 @@ func (e *Engine) bootstrap() {
 	defer e.wg.Done()
 	backoff := time.Second
 	for {
-		_, err := e.defaultContext(e.ctx, Python, nil)
+		_, err := e.defaultContext(e.ctx, Python)
 		if err == nil {
 			close(e.ready)
 			e.mu.Lock()
@@ -397,9 +397,8 @@ func (e *Engine) unsupported(ctx context.Context, lang string) error {
 // defaultContext returns the language's default context, creating it if
 // needed (one creation at a time per language; the creation is not tied
 // to ctx, only the wait is: when ctx ends first, the error names the phase
-// the creation is in). created, if not nil, is called with the context
-// when this call created it.
-func (e *Engine) defaultContext(ctx context.Context, lang string, created func(*Context)) (*Context, error) {
+// the creation is in).
+func (e *Engine) defaultContext(ctx context.Context, lang string) (*Context, error) {
 	for {
 		e.mu.Lock()
 		if e.closed {
@@ -438,7 +437,11 @@ func (e *Engine) defaultContext(ctx context.Context, lang string, created func(*
 			if err == nil {
 				c, err = e.createContext(cctx, cr, lang, dir, true)
 			}
-			if err != nil && cctx.Err() != nil && e.ctx.Err() == nil {
+			switch {
+			case err == nil:
+			case e.ctx.Err() != nil:
+				err = errClosed
+			case cctx.Err() != nil:
 				err = fmt.Errorf("gave up after %s: %w", e.opts.CreateTimeout, cr.notReady(cctx.Err()))
 			}
 			cr.finish(err)
@@ -615,7 +618,7 @@ func (e *Engine) Execute(ctx context.Context, req ExecuteRequest) (*Execution, *
 		return nil, nil, err
 	}
 	if c == nil {
-		if c, err = e.defaultContext(ctx, lang, nil); err != nil {
+		if c, err = e.defaultContext(ctx, lang); err != nil {
 			return nil, nil, err
 		}
 	}
