@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/envd-dev/envd/internal/interpreter"
 )
 
 func TestAppendString(t *testing.T) {
@@ -37,5 +39,27 @@ func TestAppendRaw(t *testing.T) {
 	want := `{"a": [0.0, null, "\u00e9\ud83d\ude00"], "b": 1e3}`
 	if got != want {
 		t.Errorf("appendRaw = %s, want %s", got, want)
+	}
+}
+
+// The engine's started event is the E2B number_of_executions line when it
+// carries the kernel's count, and no line when made up; a count that comes
+// later is that line.
+func TestAppendStarted(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ev   interpreter.Event
+		want string
+	}{
+		{interpreter.Event{Kind: interpreter.EventStarted, Started: &interpreter.Started{ExecutionID: "x", ExecutionCount: 3, Counted: true}},
+			`{"type": "number_of_executions", "execution_count": 3}` + "\n"},
+		{interpreter.Event{Kind: interpreter.EventStarted, Started: &interpreter.Started{ExecutionID: "x"}}, ""},
+		{interpreter.Event{Seq: 2, Kind: interpreter.EventExecutionCount, ExecutionCount: 4},
+			`{"type": "number_of_executions", "execution_count": 4}` + "\n"},
+		{interpreter.Event{Kind: interpreter.EventEnd, End: &interpreter.End{Reason: interpreter.EndOK}}, ""},
+	} {
+		if got := string(appendEvent(nil, tc.ev)); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.ev.Kind, got, tc.want)
+		}
 	}
 }
