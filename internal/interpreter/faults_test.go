@@ -235,7 +235,7 @@ func TestServerKilled(t *testing.T) {
 	t.Parallel()
 	sup, eng := newStack(shared.layout, func() map[string]string { return map[string]string{"ENVD_TEST_GLOBAL": "g2"} })
 	ctx := testCtx(t, 3*time.Minute)
-	if err := sup.Start(ctx); err != nil {
+	if err := startSupervisor(ctx, sup); err != nil {
 		t.Fatal(err)
 	}
 	eng.Start()
