@@ -253,6 +253,7 @@ type runner struct {
 	stopping   bool // interrupted or timed out: the kernel was interrupted
 	interrupts int  // interrupts sent
 	heard      bool // since the interrupt the kernel answered (error, reply or idle)
+	idle       bool // since the interrupt the kernel went idle
 	replied    bool // the execute_reply came
 	restarted  bool // we restarted the kernel because it did not stop
 	aborted    bool // the kernel replied abort(ed)
@@ -368,6 +369,12 @@ func (x *Execution) run(ticket fifo.Ticket) {
 				r.finish(x.stopReason())
 				return
 			}
+			if r.stopping && r.idle && !r.replied && r.ks.usable() && !gone(err) && !errors.Is(err, jupyter.ErrConnectionLost) {
+				// Interrupted, idle, and ended without a reply (by the
+				// kernel client): the kernel is fine, the code stopped.
+				r.finish(x.stopReason())
+				return
+			}
 			r.kernelFailed(err, restartsBefore)
 			return
 		}
@@ -460,7 +467,7 @@ func (r *runner) handle(ctx context.Context, m *jupyter.Message) bool {
 	case "status":
 		var st jupyter.StatusContent
 		if r.stopping && m.DecodeContent(&st) == nil && st.ExecutionState == "idle" {
-			r.heard = true
+			r.heard, r.idle = true, true
 			if !r.replied {
 				// Interrupted and idle: the reply may still come (the
 				// channels are not ordered), or never.
