@@ -15,6 +15,8 @@ import (
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/interpreter/codeconnect"
+	"github.com/envd-dev/envd/internal/interpreter/codehttp"
 	"github.com/envd-dev/envd/internal/jupyter"
 	"github.com/envd-dev/envd/internal/jupyter/startup"
 	"github.com/envd-dev/envd/internal/server"
@@ -28,7 +30,7 @@ type codeExec struct {
 	log        *slog.Logger
 	sup        *jupyter.Supervisor // nil with -no-jupyter
 	eng        *interpreter.Engine // nil with -no-jupyter
-	api        *interpreter.HTTP
+	api        *codehttp.API
 	svc        server.Route // the Connect service
 	startupDir string       // kernel-side startup files, removed at stop
 }
@@ -90,8 +92,8 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeEx
 
 // adapters builds the HTTP API and the Connect service over c.eng.
 func (c *codeExec) adapters(log *slog.Logger, defs *defaults.Defaults) {
-	c.api = interpreter.NewHTTP(c.eng, interpreter.HTTPOptions{Logger: log})
-	path, h := interpreter.NewService(c.eng, interpreter.ServiceOptions{Logger: log}).Handler(server.HandlerOptions(log, defs)...)
+	c.api = codehttp.New(c.eng, codehttp.Options{Logger: log})
+	path, h := codeconnect.New(c.eng, codeconnect.Options{Logger: log}).Handler(server.HandlerOptions(log, defs)...)
 	c.svc = server.Route{Pattern: path, Handler: h}
 }
 
@@ -148,14 +150,15 @@ func (c *codeExec) listenCodePort(cfg Config, log *slog.Logger, token *auth.Toke
 	return ln, h, nil
 }
 
-// stop ends every execution, closes the kernels' connections, then stops
-// Jupyter (its kernels with it). It must run before envd signals its
+// stop ends every execution, lets the streams following them deliver the
+// end (until ctx ends at most), closes the kernels' connections, then
+// stops Jupyter (its kernels with it). It must run before envd signals its
 // children, or the supervisor would restart the server it sees die.
 func (c *codeExec) stop(ctx context.Context) {
 	if c.sup == nil {
 		return
 	}
-	c.eng.Close()
+	c.eng.Shutdown(ctx)
 	if err := c.sup.Stop(ctx); err != nil {
 		c.log.Warn("stop jupyter server", "error", err)
 	}

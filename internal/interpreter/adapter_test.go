@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/envd-dev/envd/internal/auth"
-	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/interpreter/codehttp"
 	"github.com/envd-dev/envd/internal/server"
 )
 
@@ -18,7 +18,7 @@ func writeFile(p string) error { return os.WriteFile(p, []byte("x"), 0o644) }
 // With -no-jupyter every code route answers 503 and says why.
 func TestDisabled(t *testing.T) {
 	t.Parallel()
-	api := interpreter.NewHTTP(nil, interpreter.HTTPOptions{Logger: testLogger()})
+	api := codehttp.New(nil, codehttp.Options{Logger: testLogger()})
 	h, err := server.New(server.Options{Logger: testLogger(), Routes: append(api.Routes(), api.HealthRoute())})
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func TestAccessToken(t *testing.T) {
 	t.Parallel()
 	tok := &auth.Token{}
 	tok.Set("secret")
-	api := interpreter.NewHTTP(shared.eng, interpreter.HTTPOptions{Logger: testLogger()})
+	api := codehttp.New(shared.eng, codehttp.Options{Logger: testLogger()})
 	h, err := server.New(server.Options{Logger: testLogger(), Token: tok, Routes: append(api.Routes(), api.HealthRoute())})
 	if err != nil {
 		t.Fatal(err)

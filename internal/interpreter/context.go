@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/envd-dev/envd/internal/interpreter/fifo"
 	"github.com/envd-dev/envd/internal/jupyter"
 	"github.com/envd-dev/envd/internal/jupyter/startup"
 )
@@ -29,7 +30,7 @@ type Context struct {
 
 	kernelName string
 	eng        *Engine
-	queue      fifo
+	queue      fifo.Queue
 
 	mu       sync.Mutex
 	ks       *kernelState // guarded by mu; nil: the next use starts a new kernel
@@ -72,8 +73,10 @@ func (c *Context) kernelOptions() jupyter.KernelOptions {
 }
 
 // startKernel starts a kernel in the context's cwd, connects to it and
-// sets it up (cwd, sandbox-wide env). On failure nothing is left running.
-func (c *Context) startKernel(ctx context.Context, client *jupyter.Client) (*kernelState, error) {
+// sets it up (cwd, sandbox-wide env), going through cr's phases (cr may be
+// nil). On failure nothing is left running.
+func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *creation) (*kernelState, error) {
+	cr.enter(phaseStart)
 	m, err := client.StartKernel(ctx, c.kernelName, c.Cwd)
 	if err != nil {
 		return nil, fmt.Errorf("start %s kernel: %w", c.kernelName, err)
@@ -85,12 +88,14 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client) (*ker
 			c.eng.log.Warn("cannot delete kernel after a failed start", "kernel_id", m.ID, "error", err)
 		}
 	}
+	cr.enter(phaseConnect)
 	k, err := client.Connect(ctx, m.ID, c.kernelOptions())
 	if err != nil {
 		del()
 		return nil, fmt.Errorf("connect to %s kernel: %w", c.kernelName, err)
 	}
 	ks := &kernelState{client: client, kernel: k, id: m.ID, setupRestarts: -1}
+	cr.enter(phaseSetup)
 	if err := c.setup(ctx, ks); err != nil {
 		_ = k.Close()
 		del()
@@ -275,11 +280,11 @@ func (c *Context) kernel(ctx context.Context) (*kernelState, error) {
 	client, err := c.eng.sup.Client(ctx)
 	if err != nil {
 		if errors.Is(err, jupyter.ErrStopped) {
-			return nil, ErrClosed
+			return nil, errClosed
 		}
-		return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
+		return nil, newErr(ErrNotReady, err, "%s: waiting for the Jupyter server: %v", ErrNotReady.Error(), err)
 	}
-	nks, err := c.startKernel(ctx, client)
+	nks, err := c.startKernel(ctx, client, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -305,14 +310,14 @@ func (c *Context) kernel(ctx context.Context) (*kernelState, error) {
 // revive gives the context a usable kernel now rather than at its next
 // use, waiting its turn in the queue.
 func (c *Context) revive() {
-	ticket := c.queue.enqueue()
+	ticket := c.queue.Enqueue()
 	select {
 	case <-ticket:
 	case <-c.eng.ctx.Done():
-		c.queue.cancel(ticket)
+		c.queue.Cancel(ticket)
 		return
 	}
-	defer c.queue.release()
+	defer c.queue.Release()
 	ctx, cancel := context.WithTimeout(c.eng.ctx, c.eng.opts.CreateTimeout)
 	defer cancel()
 	if _, err := c.kernel(ctx); err != nil && c.eng.ctx.Err() == nil && !errors.Is(err, errRemoved) {
@@ -357,7 +362,7 @@ func (c *Context) restart(ctx context.Context) error {
 	c.mu.Lock()
 	if c.removed {
 		c.mu.Unlock()
-		return fmt.Errorf("%w: %s", ErrContextNotFound, c.ID)
+		return notFound(c.ID)
 	}
 	ks := c.ks
 	c.restarts++
@@ -396,7 +401,7 @@ func (c *Context) remove(ctx context.Context) error {
 	c.mu.Lock()
 	if c.removed {
 		c.mu.Unlock()
-		return fmt.Errorf("%w: %s", ErrContextNotFound, c.ID)
+		return notFound(c.ID)
 	}
 	ks := c.ks
 	c.removing = true // running code now reports the removal, not a death
@@ -412,7 +417,7 @@ func (c *Context) remove(ctx context.Context) error {
 	c.mu.Lock()
 	if c.removed {
 		c.mu.Unlock()
-		return fmt.Errorf("%w: %s", ErrContextNotFound, c.ID)
+		return notFound(c.ID)
 	}
 	c.removed = true
 	ks = c.ks
@@ -441,61 +446,4 @@ func (c *Context) closeKernel() {
 	if ks != nil {
 		_ = ks.kernel.Close()
 	}
-}
-
-// fifo hands a context to its executions one at a time, in the order they
-// were enqueued.
-type fifo struct {
-	mu      sync.Mutex
-	busy    bool            // guarded by mu
-	waiters []chan struct{} // guarded by mu
-}
-
-var granted = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
-
-// enqueue takes a place in the queue; the returned channel is closed when
-// it is the caller's turn. The caller must then release, or cancel if it
-// gives up.
-func (q *fifo) enqueue() chan struct{} {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !q.busy {
-		q.busy = true
-		return granted
-	}
-	ch := make(chan struct{})
-	q.waiters = append(q.waiters, ch)
-	return ch
-}
-
-// cancel gives up a place; if the turn had already come, it is passed on.
-func (q *fifo) cancel(ticket chan struct{}) {
-	q.mu.Lock()
-	for i, w := range q.waiters {
-		if w == ticket {
-			q.waiters = append(q.waiters[:i:i], q.waiters[i+1:]...)
-			q.mu.Unlock()
-			return
-		}
-	}
-	q.mu.Unlock()
-	q.release()
-}
-
-// release ends the current turn.
-func (q *fifo) release() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.waiters) == 0 {
-		q.busy = false
-		return
-	}
-	next := q.waiters[0]
-	q.waiters[0] = nil
-	q.waiters = q.waiters[1:]
-	close(next)
 }

@@ -1,6 +1,8 @@
-// Package interpreter runs code statefully in Jupyter kernels and serves
-// E2B's code-interpreter HTTP API over it
-// (shared/contracts/code-interpreter-http.md).
+// Package interpreter is the code-execution engine: it runs code
+// statefully in Jupyter kernels. Its two adapters live in their own
+// packages and use only its exported API: codehttp serves E2B's
+// code-interpreter HTTP API (shared/contracts/code-interpreter-http.md),
+// codeconnect envd's native Connect service (envd.interpreter.v1).
 //
 // The Engine owns contexts on top of one jupyter.Supervisor. A Context is
 // a kernel of one language (python, javascript and typescript on Deno, r,
@@ -11,17 +13,30 @@
 // Either way the next execution first re-applies the context's cwd and the
 // sandbox-wide env vars (one silent execution per kernel incarnation; env
 // changes are applied as they happen). The default Python context is
-// created at Start; other languages' defaults on first use.
+// created at Start; other languages' defaults on first use. Creating a
+// context goes through phases (wait for Jupyter, start the kernel, connect,
+// set it up), each logged with its duration; a caller that stops waiting
+// is told the phase (ErrNotReady). Requests are checked before any kernel
+// starts.
 //
 // An Execution runs on a goroutine of the engine, one at a time per
-// context, in submission order. Its events (execution count, stdout,
-// stderr, rich results with raw MIME values, the first error, the end with
-// a typed reason) go to its own bounded outbuf.Log; Readers follow it, and
-// the execution paces itself to them (see flow.go), so a client streaming
-// a huge print gets all of it while memory stays bounded. Per-execution env
-// vars are set by a silent execution before the code and restored after it
-// whatever happened (interrupt, client gone). Interrupt stops the code; a
-// kernel that does not stop within Options.InterruptGrace is restarted.
+// context, in submission order (package fifo). Its events (started, with
+// the execution id and count, stdout, stderr, rich results with raw MIME
+// values, the first error, the end with a typed reason) go to its own
+// bounded outbuf.Log; Readers follow it, and the execution paces itself to
+// them (see flow.go), so a client streaming a huge print gets all of it
+// while memory stays bounded. Per-execution env vars are set by a silent
+// execution before the code and restored after it whatever happened
+// (interrupt, client gone). Interrupt stops the code: the interrupt is sent
+// again while the kernel stays silent (ipykernel loses a SIGINT that lands
+// outside user code), a kernel that goes idle without a reply counts as
+// interrupted, and only a kernel that does not stop within
+// Options.InterruptGrace is restarted, as a last resort that says so.
+//
+// Errors match one of the Err* kinds with errors.Is; each adapter maps them
+// in one function. Shutdown is graceful, then hard: every execution's end
+// is published, its readers get a grace to deliver it, then the kernel
+// connections close.
 //
 // What it does better than E2B's server, on the same wire: aborted replies
 // end the execution (E2B hangs: it checks "abort"); a dead kernel ends the
@@ -30,11 +45,4 @@
 // values and paths travel as JSON, never pasted into code; a bad cwd is an
 // error at creation; env vars are restored after an interrupted run; an
 // unknown language is a 400 listing the available ones.
-//
-// Two adapters serve the one engine: http.go is E2B's HTTP API (the only
-// place engine errors become statuses), with wire.go its NDJSON encoding
-// (ASCII-only lines, as the JS SDK needs); service.go is envd's native
-// Connect service, envd.interpreter.v1 (the only place engine errors
-// become Connect codes), which adds execution ids, reattaching by seq,
-// explicit interrupts and typed end reasons.
 package interpreter

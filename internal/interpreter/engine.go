@@ -46,10 +46,21 @@ type Options struct {
 	// Clock measures ReaderGrace. Zero: the real clock.
 	Clock quartz.Clock
 	// InterruptGrace is how long interrupted code may take to stop before
-	// its kernel is restarted (Deno ignores interrupts; so does Python code
-	// that catches KeyboardInterrupt). Zero: 5 s: a loaded machine can take
-	// over a second to raise KeyboardInterrupt, and a restart loses state.
+	// its kernel is restarted, as a last resort (Deno ignores interrupts; so
+	// does Python code that catches KeyboardInterrupt). Zero: 5 s: a loaded
+	// machine can take over a second to raise KeyboardInterrupt, and a
+	// restart loses state.
 	InterruptGrace time.Duration
+	// InterruptResend is how long an interrupted kernel may stay silent
+	// before the interrupt is sent again (ipykernel loses a SIGINT that
+	// lands outside user code). Zero: 1 s.
+	InterruptResend time.Duration
+	// DrainGrace is how long Shutdown waits, once every execution's end is
+	// published, for the readers following them to read it. Zero: 2 s.
+	DrainGrace time.Duration
+	// Clock drives the engine's timers (interrupt grace and resend, drain
+	// grace, timeouts, keeping finished executions). Zero: the real clock.
+	Clock quartz.Clock
 	// KeepFinished is how long a finished execution stays findable by id.
 	// Zero: 1 min. At most maxFinished are kept.
 	KeepFinished time.Duration
@@ -64,6 +75,15 @@ type Options struct {
 // maxFinished bounds how many finished executions are kept for reattaching.
 const maxFinished = 32
 
+// ReadyWait is how long a request of either adapter waits by default for
+// its context (Jupyter, a language's first kernel): under the 60 s the
+// SDKs wait for response headers.
+const ReadyWait = 50 * time.Second
+
+// DisabledMessage is the adapters' answer to every request when envd runs
+// without code execution.
+const DisabledMessage = "code execution is off: envd was started with -no-jupyter"
+
 // Engine runs code in contexts: each context is a kernel of one language
 // with a working directory, whose state persists between executions. It
 // survives kernel deaths (the context gets a restarted kernel) and Jupyter
@@ -71,25 +91,26 @@ const maxFinished = 32
 //
 // Use: New, Start, then Execute, CreateContext, ...; Close at shutdown.
 type Engine struct {
-	opts Options
-	sup  *jupyter.Supervisor
-	log  *slog.Logger
+	opts  Options
+	sup   *jupyter.Supervisor
+	log   *slog.Logger
+	clock quartz.Clock
 
-	ctx    context.Context // cancelled by Close
+	ctx    context.Context // cancelled when Shutdown begins
 	cancel context.CancelFunc
 	ready  chan struct{} // closed once the default Python context first exists
 	wg     sync.WaitGroup
 
 	mu       sync.Mutex
-	started  bool                     // guarded by mu
-	closed   bool                     // guarded by mu
-	contexts map[string]*Context      // by id; guarded by mu
-	order    []*Context               // creation order; guarded by mu
-	defaults map[string]*Context      // by language; guarded by mu
-	creating map[string]chan struct{} // language default being created; guarded by mu
-	execs    map[string]*Execution    // by id; guarded by mu
-	finished []*Execution             // oldest first; guarded by mu
-	lastErr  error                    // why the default context could not be created; guarded by mu
+	started  bool                  // guarded by mu
+	closed   bool                  // guarded by mu
+	contexts map[string]*Context   // by id; guarded by mu
+	order    []*Context            // creation order; guarded by mu
+	defaults map[string]*Context   // by language; guarded by mu
+	creating map[string]*creation  // language default being created; guarded by mu
+	execs    map[string]*Execution // by id; guarded by mu
+	finished []*Execution          // oldest first; guarded by mu
+	lastErr  error                 // why the default context could not be created; guarded by mu
 }
 
 // New returns an engine; nothing runs until Start.
@@ -112,6 +133,15 @@ func New(opts Options) *Engine {
 	if opts.InterruptGrace <= 0 {
 		opts.InterruptGrace = 5 * time.Second
 	}
+	if opts.InterruptResend <= 0 {
+		opts.InterruptResend = time.Second
+	}
+	if opts.DrainGrace <= 0 {
+		opts.DrainGrace = 2 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = quartz.NewReal()
+	}
 	if opts.KeepFinished <= 0 {
 		opts.KeepFinished = time.Minute
 	}
@@ -126,12 +156,13 @@ func New(opts Options) *Engine {
 		opts:     opts,
 		sup:      opts.Supervisor,
 		log:      opts.Logger.With("component", "interpreter"),
+		clock:    opts.Clock,
 		ctx:      ctx,
 		cancel:   cancel,
 		ready:    make(chan struct{}),
 		contexts: make(map[string]*Context),
 		defaults: make(map[string]*Context),
-		creating: make(map[string]chan struct{}),
+		creating: make(map[string]*creation),
 		execs:    make(map[string]*Execution),
 	}
 }
@@ -165,20 +196,27 @@ func (e *Engine) Health() error {
 		err := e.lastErr
 		e.mu.Unlock()
 		if err != nil {
-			return fmt.Errorf("%w: starting the default Python context: %v", ErrNotReady, err)
+			return newErr(ErrNotReady, err, "%s: starting the default Python context: %v", ErrNotReady.Error(), err)
 		}
-		return fmt.Errorf("%w: the default Python context is starting", ErrNotReady)
+		return newErr(ErrNotReady, nil, "%s: the default Python context is starting", ErrNotReady.Error())
 	}
 	if st := e.sup.Status(); st.State != jupyter.ServerReady {
-		return fmt.Errorf("%w: the Jupyter server is %s", ErrNotReady, st.State)
+		return newErr(ErrNotReady, nil, "%s: the Jupyter server is %s", ErrNotReady.Error(), st.State)
 	}
 	return nil
 }
 
-// Close ends every execution (with EndInterrupted), closes the kernel
-// connections and waits for the engine's goroutines. It does not delete
-// the kernels: stopping the supervisor does.
-func (e *Engine) Close() {
+// Close is Shutdown with no deadline but DrainGrace.
+func (e *Engine) Close() { e.Shutdown(context.Background()) }
+
+// Shutdown stops the engine, graceful then hard: every execution ends (with
+// EndInterrupted, saying that envd is shutting down) and its end event is
+// published; then the readers following the executions get up to
+// DrainGrace (and never past ctx) to read it; then the kernel connections
+// are closed. It waits for the engine's goroutines, and does not delete the
+// kernels: stopping the supervisor does. Calls after the first return at
+// once.
+func (e *Engine) Shutdown(ctx context.Context) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -186,11 +224,32 @@ func (e *Engine) Close() {
 	}
 	e.closed = true
 	ctxs := append([]*Context(nil), e.order...)
+	execs := make([]*Execution, 0, len(e.execs))
+	for _, x := range e.execs {
+		execs = append(execs, x)
+	}
 	e.mu.Unlock()
 	e.cancel()
-	e.wg.Wait()
+	e.wg.Wait() // every execution's end is published
+	e.drain(ctx, execs)
 	for _, c := range ctxs {
 		c.closeKernel()
+	}
+}
+
+// drain waits until no Reader follows any of execs (each read the end and
+// was closed, or was left behind as too slow), at most DrainGrace or until
+// ctx ends.
+func (e *Engine) drain(ctx context.Context, execs []*Execution) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timer := e.clock.AfterFunc(e.opts.DrainGrace, cancel, "drain")
+	defer timer.Stop()
+	for _, x := range execs {
+		if !x.drained(ctx) {
+			e.log.Warn("shutting down with executions still being read", "grace", e.opts.DrainGrace)
+			return
+		}
 	}
 }
 
@@ -219,9 +278,11 @@ func (e *Engine) bootstrap() {
 		e.lastErr = err
 		e.mu.Unlock()
 		e.log.Warn("cannot create the default python context; retrying", "error", err, "backoff", backoff)
+		t := e.clock.NewTimer(backoff, "bootstrap")
 		select {
-		case <-time.After(backoff):
+		case <-t.C:
 		case <-e.ctx.Done():
+			t.Stop()
 			return
 		}
 		backoff = min(2*backoff, 30*time.Second)
@@ -285,44 +346,85 @@ func (e *Engine) Context(id string) (*Context, error) {
 		c = e.defaults[Python]
 	}
 	if c == nil {
-		return nil, fmt.Errorf("%w: %s", ErrContextNotFound, id)
+		return nil, notFound(id)
 	}
 	return c, nil
 }
 
+func notFound(id string) error {
+	return newErr(ErrContextNotFound, nil, "context %q not found", id)
+}
+
 // CreateContext starts a kernel for language in cwd (empty: DefaultCwd) and
-// returns the new context. It is not a language default. It fails with an
-// *UnsupportedLanguageError, ErrBadCwd (wrapped), ErrNotReady when ctx
-// ends before Jupyter is up, or a Jupyter error.
+// returns the new context. It is not a language default. The request is
+// checked before any kernel starts. It fails with ErrUnsupportedLanguage,
+// ErrBadCwd, ErrNotReady (naming the phase of the creation it was in) when
+// ctx ends first, ErrClosed, or a Jupyter error.
 func (e *Engine) CreateContext(ctx context.Context, language, cwd string) (*Context, error) {
-	return e.createContext(ctx, NormalizeLanguage(language), cwd, false)
+	lang := NormalizeLanguage(language)
+	dir, err := e.resolveCwd(cwd)
+	if err != nil {
+		return nil, err
+	}
+	if _, known := kernelNames[lang]; !known {
+		return nil, e.unsupported(ctx, lang)
+	}
+	cr := e.newCreation(lang)
+	c, err := e.createContext(ctx, cr, lang, dir, false)
+	cr.finish(err)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrClosed) {
+		return nil, cr.notReady(ctx.Err())
+	}
+	return c, err
+}
+
+// unsupported is the answer to a language no kernelspec can run, listing
+// those that can (which waits for Jupyter at most until ctx ends).
+func (e *Engine) unsupported(ctx context.Context, lang string) error {
+	if e.sup.Status().State != jupyter.ServerReady {
+		return unknownLanguage(lang)
+	}
+	client, err := e.sup.Client(ctx)
+	if err != nil {
+		return unknownLanguage(lang)
+	}
+	specs, err := client.KernelSpecs(ctx)
+	if err != nil {
+		return unknownLanguage(lang)
+	}
+	have := make(map[string]bool, len(specs.Specs))
+	for name := range specs.Specs {
+		have[name] = true
+	}
+	return unsupported(lang, availableLanguages(have))
 }
 
 // defaultContext returns the language's default context, creating it if
 // needed (one creation at a time per language; the creation is not tied
-// to ctx, only the wait is).
+// to ctx, only the wait is: when ctx ends first, the error names the phase
+// the creation is in).
 func (e *Engine) defaultContext(ctx context.Context, lang string) (*Context, error) {
 	for {
 		e.mu.Lock()
 		if e.closed {
 			e.mu.Unlock()
-			return nil, ErrClosed
+			return nil, errClosed
 		}
 		if c := e.defaults[lang]; c != nil {
 			e.mu.Unlock()
 			return c, nil
 		}
-		if wait := e.creating[lang]; wait != nil {
+		if cr := e.creating[lang]; cr != nil {
 			e.mu.Unlock()
 			select {
-			case <-wait:
+			case <-cr.done:
 				continue
 			case <-ctx.Done():
-				return nil, fmt.Errorf("%w: %v", ErrNotReady, ctx.Err())
+				return nil, cr.notReady(ctx.Err())
 			}
 		}
-		guard := make(chan struct{})
-		e.creating[lang] = guard
+		cr := e.newCreation(lang)
+		e.creating[lang] = cr
 		e.wg.Add(1)
 		e.mu.Unlock()
 
@@ -335,33 +437,61 @@ func (e *Engine) defaultContext(ctx context.Context, lang string) (*Context, err
 			defer e.wg.Done()
 			cctx, cancel := context.WithTimeout(e.ctx, e.opts.CreateTimeout)
 			defer cancel()
-			c, err := e.createContext(cctx, lang, "", true)
+			var c *Context
+			dir, err := e.defaultDir(lang)
+			if err == nil {
+				c, err = e.createContext(cctx, cr, lang, dir, true)
+			}
+			switch {
+			case err == nil:
+			case e.ctx.Err() != nil:
+				err = errClosed
+			case cctx.Err() != nil:
+				err = fmt.Errorf("gave up after %s: %w", e.opts.CreateTimeout, cr.notReady(cctx.Err()))
+			}
+			cr.finish(err)
 			e.mu.Lock()
 			delete(e.creating, lang)
 			e.mu.Unlock()
-			close(guard)
+			close(cr.done)
 			res <- result{c, err}
 		}()
 		select {
 		case r := <-res:
 			return r.c, r.err
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %v", ErrNotReady, ctx.Err())
+			return nil, cr.notReady(ctx.Err())
 		}
 	}
 }
 
-func (e *Engine) createContext(ctx context.Context, lang, cwd string, asDefault bool) (*Context, error) {
-	if e.isClosed() {
-		return nil, ErrClosed
+// defaultDir returns the working directory of a language default:
+// DefaultCwd, or "/" when that is unusable (a default context must come up
+// whatever the default directory's state).
+func (e *Engine) defaultDir(lang string) (string, error) {
+	dir, err := e.resolveCwd("")
+	if errors.Is(err, ErrBadCwd) {
+		e.log.Warn("default working directory unusable; using /", "language", lang, "error", err)
+		return "/", nil
 	}
+	return dir, err
+}
+
+// createContext starts a context's kernel in dir (checked), going through
+// cr's phases.
+func (e *Engine) createContext(ctx context.Context, cr *creation, lang, dir string, asDefault bool) (*Context, error) {
+	if e.isClosed() {
+		return nil, errClosed
+	}
+	cr.enter(phaseServer)
 	client, err := e.sup.Client(ctx)
 	if err != nil {
 		if errors.Is(err, jupyter.ErrStopped) {
-			return nil, ErrClosed
+			return nil, errClosed
 		}
-		return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
+		return nil, cr.notReady(err)
 	}
+	cr.enter(phaseSpecs)
 	specs, err := client.KernelSpecs(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list kernels: %w", err)
@@ -374,23 +504,13 @@ func (e *Engine) createContext(ctx context.Context, lang, cwd string, asDefault 
 	if err != nil {
 		return nil, err
 	}
-	dir, err := e.resolveCwd(cwd)
-	if err != nil {
-		if !asDefault {
-			return nil, err
-		}
-		// A default context must come up whatever the default directory's
-		// state; "/" always exists.
-		e.log.Warn("default working directory unusable; using /", "language", lang, "error", err)
-		dir = "/"
-	}
 	c := &Context{
 		Language:   lang,
 		Cwd:        dir,
 		kernelName: kernelName,
 		eng:        e,
 	}
-	ks, err := c.startKernel(ctx, client)
+	ks, err := c.startKernel(ctx, client, cr)
 	if err != nil {
 		return nil, err
 	}
@@ -401,7 +521,7 @@ func (e *Engine) createContext(ctx context.Context, lang, cwd string, asDefault 
 	if e.closed {
 		e.mu.Unlock()
 		c.closeKernel()
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	e.contexts[c.ID] = c
 	e.order = append(e.order, c)
@@ -409,7 +529,8 @@ func (e *Engine) createContext(ctx context.Context, lang, cwd string, asDefault 
 		e.defaults[lang] = c
 	}
 	e.mu.Unlock()
-	e.log.Info("context created", "context_id", c.ID, "language", lang, "cwd", dir, "default", asDefault)
+	e.log.Info("context created", "context_id", c.ID, "language", lang, "cwd", dir, "default", asDefault,
+		"duration", e.clock.Since(cr.began))
 	return c, nil
 }
 
@@ -444,12 +565,12 @@ func (e *Engine) RemoveContext(ctx context.Context, id string) error {
 
 // RestartContext restarts the context's kernel: same id, same cwd, fresh
 // state. Code running in it ends with a ContextRestarting error.
-func (e *Engine) RestartContext(ctx context.Context, id string) error {
+func (e *Engine) RestartContext(ctx context.Context, id string) (ContextInfo, error) {
 	c, err := e.Context(id)
 	if err != nil {
-		return err
+		return ContextInfo{}, err
 	}
-	return c.restart(ctx)
+	return c.Info(), c.restart(ctx)
 }
 
 // ExecuteRequest is one run of code.
@@ -468,53 +589,77 @@ type ExecuteRequest struct {
 }
 
 // Execute queues code on its context and returns at once with the
-// execution and a Reader that follows its events from the first one. The
-// execution's lifetime is the engine's, not ctx's: ctx only bounds finding
-// or creating the context. Close the Reader when done with it.
+// execution and a Reader that follows its events from the first one (see
+// EventStarted). The execution's lifetime is the engine's, not ctx's: ctx
+// only bounds finding or creating the context. Close the Reader when done
+// with it. The request is checked before any kernel starts.
 //
-// Errors: ErrContextAndLanguage, ErrContextNotFound, an
-// *UnsupportedLanguageError, ErrBadEnv, ErrNotReady, ErrClosed, or the
-// failure to create a language's default context.
+// Errors: ErrContextAndLanguage, ErrContextNotFound,
+// ErrUnsupportedLanguage, ErrBadEnv, ErrNotReady (naming the phase of the
+// context's creation when ctx ended first), ErrClosed, or the failure to
+// create a language's default context.
 func (e *Engine) Execute(ctx context.Context, req ExecuteRequest) (*Execution, *Reader, error) {
+	if e.isClosed() {
+		return nil, nil, errClosed
+	}
 	var c *Context
 	var err error
+	lang := NormalizeLanguage(req.Language)
 	switch {
 	case req.ContextID != "" && req.Language != "":
-		return nil, nil, ErrContextAndLanguage
+		return nil, nil, newErr(ErrContextAndLanguage, nil, "%s", ErrContextAndLanguage.Error())
 	case req.ContextID != "":
-		c, err = e.Context(req.ContextID)
+		if c, err = e.Context(req.ContextID); err != nil {
+			return nil, nil, err
+		}
+		lang = c.Language
 	default:
-		c, err = e.defaultContext(ctx, NormalizeLanguage(req.Language))
+		if _, known := kernelNames[lang]; !known {
+			return nil, nil, e.unsupported(ctx, lang)
+		}
 	}
+	setEnv, err := envCode(lang, req.Env)
 	if err != nil {
 		return nil, nil, err
 	}
-	var setEnv string
-	if len(req.Env) > 0 {
-		vars := make(map[string]*string, len(req.Env))
-		for k, v := range req.Env {
-			vars[k] = &v
-		}
-		if setEnv, err = startup.SetEnvCode(c.Language, vars); err != nil {
-			return nil, nil, fmt.Errorf("%w: %v", ErrBadEnv, err)
+	if c == nil {
+		if c, err = e.defaultContext(ctx, lang); err != nil {
+			return nil, nil, err
 		}
 	}
 	x := newExecution(e, c, req, setEnv)
 	r := x.Follow()
-	ticket := c.queue.enqueue()
+	ticket := c.queue.Enqueue()
 
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		c.queue.cancel(ticket)
+		c.queue.Cancel(ticket)
 		r.Close()
-		return nil, nil, ErrClosed
+		return nil, nil, errClosed
 	}
 	e.execs[x.ID] = x
 	e.wg.Add(1)
 	e.mu.Unlock()
 	go x.run(ticket)
 	return x, r, nil
+}
+
+// envCode is the silent code that sets a per-execution env in lang ("" for
+// none), or an ErrBadEnv error.
+func envCode(lang string, env map[string]string) (string, error) {
+	if len(env) == 0 {
+		return "", nil
+	}
+	vars := make(map[string]*string, len(env))
+	for k, v := range env {
+		vars[k] = &v
+	}
+	code, err := startup.SetEnvCode(lang, vars)
+	if err != nil {
+		return "", newErr(ErrBadEnv, err, "%s: %v", ErrBadEnv.Error(), err)
+	}
+	return code, nil
 }
 
 // Interrupt interrupts the execution running on a context, if any (see
@@ -535,12 +680,17 @@ func (e *Engine) Interrupt(contextID string) (bool, error) {
 	return true, nil
 }
 
-// Execution returns a running or recently finished execution by id.
-func (e *Engine) Execution(id string) (*Execution, bool) {
+// Execution returns a running or recently finished execution by id, or an
+// ErrExecutionNotFound error.
+func (e *Engine) Execution(id string) (*Execution, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	x, ok := e.execs[id]
-	return x, ok
+	if !ok {
+		return nil, newErr(ErrExecutionNotFound, nil, "execution %q not found: it never existed, or it ended too long ago "+
+			"(envd keeps the last %d finished executions for %s)", id, maxFinished, e.opts.KeepFinished)
+	}
+	return x, nil
 }
 
 // finished records that x ended: it stays findable for KeepFinished, and
@@ -554,7 +704,7 @@ func (e *Engine) executionFinished(x *Execution) {
 		e.finished = e.finished[1:]
 	}
 	e.mu.Unlock()
-	time.AfterFunc(e.opts.KeepFinished, func() {
+	e.clock.AfterFunc(e.opts.KeepFinished, func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		for i, f := range e.finished {
@@ -564,7 +714,7 @@ func (e *Engine) executionFinished(x *Execution) {
 				return
 			}
 		}
-	})
+	}, "keep")
 }
 
 // globalEnv returns the sandbox-wide env vars now.
@@ -597,26 +747,30 @@ func (e *Engine) resolveCwd(cwd string) (string, error) {
 	}
 	dir, err := u.Resolve(cwd, def)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrBadCwd, err)
+		return "", badCwd(err, "%v", err)
 	}
 	err = u.Do(func() error {
 		fi, err := os.Stat(dir)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
-			return fmt.Errorf("%w: %s does not exist", ErrBadCwd, dir)
+			return badCwd(err, "%s does not exist", dir)
 		case errors.Is(err, os.ErrPermission):
-			return fmt.Errorf("%w: %s is not accessible to user %q", ErrBadCwd, dir, u.Name)
+			return badCwd(err, "%s is not accessible to user %q", dir, u.Name)
 		case err != nil:
-			return fmt.Errorf("%w: %v", ErrBadCwd, err)
+			return badCwd(err, "%v", err)
 		case !fi.IsDir():
-			return fmt.Errorf("%w: %s is not a directory", ErrBadCwd, dir)
+			return badCwd(nil, "%s is not a directory", dir)
 		}
 		// Resolving "dir/." needs search permission on dir itself, which
 		// is what a chdir needs.
 		if _, err := os.Stat(dir + "/."); err != nil {
-			return fmt.Errorf("%w: user %q cannot enter %s", ErrBadCwd, u.Name, dir)
+			return badCwd(err, "user %q cannot enter %s", u.Name, dir)
 		}
 		return nil
 	})
 	return dir, err
+}
+
+func badCwd(cause error, format string, args ...any) error {
+	return newErr(ErrBadCwd, cause, "%s: %s", ErrBadCwd.Error(), fmt.Sprintf(format, args...))
 }

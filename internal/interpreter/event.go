@@ -12,10 +12,11 @@ import (
 // EventKind says what an Event carries.
 type EventKind uint8
 
-// Event kinds, in the order they usually appear. An execution's events end
-// with exactly one EventEnd.
+// Event kinds. An execution's events begin with exactly one EventStarted
+// and end with exactly one EventEnd.
 const (
-	// EventExecutionCount: the kernel accepted the code (ExecutionCount).
+	// EventExecutionCount: the kernel accepted the code (ExecutionCount),
+	// after something else happened first (else EventStarted carries it).
 	EventExecutionCount EventKind = iota + 1
 	// EventStdout and EventStderr: output text (Text, Timestamp). Chunks
 	// are the kernel's, except that very large ones are split.
@@ -31,6 +32,11 @@ const (
 	// EventLost: this reader fell so far behind that Lost bytes of events
 	// were dropped. Only produced by Reader.Read, never stored.
 	EventLost
+	// EventStarted: always event 0 (Started), stored together with the
+	// execution's first other event: when the kernel accepted the code it
+	// stands in place of that EventExecutionCount. A queued execution has
+	// none until its turn comes.
+	EventStarted
 )
 
 func (k EventKind) String() string {
@@ -49,6 +55,8 @@ func (k EventKind) String() string {
 		return "end"
 	case EventLost:
 		return "lost"
+	case EventStarted:
+		return "started"
 	}
 	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -66,6 +74,18 @@ type Event struct {
 	Error          *ErrorValue // EventError
 	End            *End        // EventEnd
 	Lost           int64       // EventLost: bytes of stored events dropped
+	Started        *Started    // EventStarted
+}
+
+// Started is the first event of an execution.
+type Started struct {
+	ExecutionID string `json:"execution_id"`
+	ContextID   string `json:"context_id"`
+	// ExecutionCount is the kernel's execution count when Counted: the
+	// kernel accepted the code before anything else happened. Else it is 0,
+	// and an EventExecutionCount may still follow.
+	ExecutionCount int  `json:"execution_count"`
+	Counted        bool `json:"counted"`
 }
 
 // ErrorValue is an error raised by the code, or made up by envd.
@@ -180,6 +200,8 @@ func encodeEvent(ev Event) []byte {
 		payload = mustJSON(ev.Error)
 	case EventEnd:
 		payload = mustJSON(ev.End)
+	case EventStarted:
+		payload = mustJSON(ev.Started)
 	default:
 		panic(fmt.Sprintf("interpreter: cannot store %v", ev.Kind))
 	}
@@ -227,6 +249,11 @@ func decodeEvent(rec []byte) (ev Event, ok bool) {
 	case EventEnd:
 		ev.End = new(End)
 		if json.Unmarshal(payload, ev.End) != nil {
+			return Event{}, false
+		}
+	case EventStarted:
+		ev.Started = new(Started)
+		if json.Unmarshal(payload, ev.Started) != nil {
 			return Event{}, false
 		}
 	default:

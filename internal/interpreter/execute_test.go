@@ -1,15 +1,22 @@
 package interpreter_test
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/quartz"
+
+	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/interpreter/codehttp"
 )
 
 func TestStateAcrossRuns(t *testing.T) {
@@ -279,32 +286,62 @@ func TestFIFOOnOneContext(t *testing.T) {
 	t.Parallel()
 	c := newContext(t, "", "")
 	run(t, c.ID, "order = []").mustOK(t)
-	var wg sync.WaitGroup
-	// Submitted in order, a few ms apart; the first one is slow.
+	// Submitted in order while the first one runs.
+	var rds []*interpreter.Reader
 	for i := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			code := fmt.Sprintf("order.append(%d)", i)
-			if i == 0 {
-				code = "import time; time.sleep(0.5); " + code
-			}
-			run(t, c.ID, code).mustOK(t)
-		}()
-		time.Sleep(30 * time.Millisecond)
+		code := fmt.Sprintf("order.append(%d)", i)
+		if i == 0 {
+			code = "import time; time.sleep(0.5); " + code
+		}
+		_, rd, err := shared.eng.Execute(testCtx(t, execTimeout), interpreter.ExecuteRequest{Code: code, ContextID: c.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rds = append(rds, rd)
 	}
-	wg.Wait()
+	for i := len(rds) - 1; i >= 0; i-- {
+		if evs := collect(t, rds[i]); endOf(evs).Reason != interpreter.EndOK {
+			t.Errorf("execution %d: %v %v", i, kinds(evs), errorNames(evs))
+		}
+	}
 	if got := run(t, c.ID, "order").mustOK(t).text(); got != "[0, 1, 2, 3]" {
 		t.Errorf("order %s", got)
 	}
 }
 
+// A quiet execution's stream carries a keepalive line after Keepalive of
+// silence.
 func TestKeepalive(t *testing.T) {
 	t.Parallel()
+	ctx := testCtx(t, execTimeout)
+	clock := quartz.NewMock(t)
+	newTimer := clock.Trap().NewTimer("keepalive")
+	defer newTimer.Close()
+	reset := clock.Trap().TimerReset("keepalive")
+	defer reset.Close()
+	base := serveHTTP(t, shared.eng, codehttp.Options{Clock: clock, Keepalive: 5 * time.Second})
 	c := newContext(t, "", "")
-	r := run(t, c.ID, "import time; time.sleep(1)").mustOK(t)
-	if r.keepalives < 1 {
-		t.Errorf("no keepalive during 1 s of silence (keepalive every %s): %v", testKeepalive, r.types())
+	flag := filepath.Join(t.TempDir(), "go")
+	resp := doAt(t, ctx, base, http.MethodPost, "/execute", map[string]any{"context_id": c.ID,
+		"code": fmt.Sprintf("import os, time\nwhile not os.path.exists(%q):\n    time.sleep(0.01)\nprint('done')", flag)})
+	defer resp.Body.Close()
+	newTimer.MustWait(ctx).MustRelease(ctx)
+	br := bufio.NewReader(resp.Body)
+	if l, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(l, `{"type": "number_of_executions"`) {
+		t.Fatalf("first line %q: %v", l, err)
+	}
+	reset.MustWait(ctx).MustRelease(ctx) // re-armed after the line
+	clock.Advance(5 * time.Second).MustWait(ctx)
+	if l, err := br.ReadString('\n'); err != nil || l != `{"type": "keepalive"}`+"\n" {
+		t.Fatalf("after 5 s of silence %q: %v", l, err)
+	}
+	reset.MustWait(ctx).MustRelease(ctx) // re-armed after the keepalive
+	reset.Close()
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := readStream(t, br).mustOK(t); r.out() != "done\n" || r.keepalives != 0 {
+		t.Errorf("the rest: %v", r.types())
 	}
 }
 
@@ -358,29 +395,32 @@ func TestContextsAPI(t *testing.T) {
 	}
 }
 
+// Removing a language's default context makes the next run in that
+// language create a new default. On an engine of its own: it changes the
+// engine's defaults.
 func TestRemoveLanguageDefault(t *testing.T) {
 	t.Parallel()
-	first := execute(t, map[string]any{"code": "echo one", "language": "bash"}).mustOK(t)
+	eng := ownEngine(t, interpreter.Options{})
+	base := serveHTTP(t, eng, codehttp.Options{ReadyWait: kernelTimeout})
+	first := executeAt(t, base, map[string]any{"code": "echo one", "language": "bash"}).mustOK(t)
 	if first.out() != "one\n" {
 		t.Fatalf("bash: %q", first.out())
 	}
-	var bashID string
-	for _, c := range shared.eng.Contexts() {
-		if c.Language == "bash" {
-			bashID = c.ID
-		}
+	ctxs := eng.Contexts()
+	if len(ctxs) != 1 || ctxs[0].Language != "bash" {
+		t.Fatalf("contexts %+v, want the bash default only", ctxs)
 	}
-	if status, body := call(t, http.MethodDelete, "/contexts/"+bashID, nil); status != 200 {
+	bashID := ctxs[0].ID
+	if status, body := callAt(t, base, http.MethodDelete, "/contexts/"+bashID, nil); status != 200 {
 		t.Fatalf("delete bash default: %d %s", status, body)
 	}
 	// The next bash run creates a new default instead of using the dead one.
-	if r := execute(t, map[string]any{"code": "echo two", "language": "bash"}).mustOK(t); r.out() != "two\n" {
+	if r := executeAt(t, base, map[string]any{"code": "echo two", "language": "bash"}).mustOK(t); r.out() != "two\n" {
 		t.Errorf("after removing the default: %q", r.out())
 	}
-	for _, c := range shared.eng.Contexts() {
-		if c.ID == bashID {
-			t.Errorf("removed default still listed")
-		}
+	ctxs = eng.Contexts()
+	if len(ctxs) != 1 || ctxs[0].ID == bashID || ctxs[0].Language != "bash" {
+		t.Errorf("contexts %+v, want a new bash default only", ctxs)
 	}
 }
 

@@ -13,6 +13,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/coder/quartz"
+
+	"github.com/envd-dev/envd/internal/interpreter/fifo"
 	"github.com/envd-dev/envd/internal/jupyter"
 	"github.com/envd-dev/envd/internal/jupyter/startup"
 	"github.com/envd-dev/envd/internal/outbuf"
@@ -43,21 +46,28 @@ type Execution struct {
 
 	records atomic.Uint64 // events written
 
-	// Set before the event is stored, so that a Reader that saw it sees
-	// them; read by the Connect adapter (see service.go).
-	firstKind atomic.Uint32 // Kind of event 0; 0 until it is written
-	count     atomic.Int64  // the kernel's execution count; 0 until known
+	// Set before event 0 is stored, so that a Reader that saw it sees it.
+	started atomic.Pointer[Started]
 
 	mu          sync.Mutex
 	interrupted bool               // guarded by mu
 	timedOut    bool               // guarded by mu
 	restartDue  bool               // guarded by mu
+	resendDue   bool               // guarded by mu; the interrupted kernel stayed silent: interrupt again
+	idleDue     bool               // guarded by mu; the interrupted kernel went idle and its reply had time to come
 	abortDue    bool               // guarded by mu; an aborted request waited long enough for its idle
 	pokes       uint64             // guarded by mu; attention requests so far
 	attn        context.CancelFunc // guarded by mu; wakes the runner
-	timer       *time.Timer        // guarded by mu
+	timer       *quartz.Timer      // guarded by mu
 	end         *End               // guarded by mu; set when it ended
 }
+
+// granted is a closed channel: a wait that is already over.
+var granted = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 func newExecution(e *Engine, c *Context, req ExecuteRequest, setEnv string) *Execution {
 	x := &Execution{
@@ -73,16 +83,74 @@ func newExecution(e *Engine, c *Context, req ExecuteRequest, setEnv string) *Exe
 		done:      make(chan struct{}),
 	}
 	if req.Timeout > 0 {
-		x.timer = time.AfterFunc(req.Timeout, func() {
+		x.timer = e.clock.AfterFunc(req.Timeout, func() {
 			x.mu.Lock()
 			defer x.mu.Unlock()
 			if x.end == nil {
 				x.timedOut = true
 				x.pokeLocked()
 			}
-		})
+		}, "execution", "timeout")
 	}
 	return x
+}
+
+// Started returns the execution's first event (see EventStarted), or nil
+// before it was stored.
+func (x *Execution) Started() *Started { return x.started.Load() }
+
+// FollowFrom returns a Reader of the execution's events, like Follow,
+// after checking that seq is one a reader can have reached: 0, or at most
+// one past the last event stored (which must not be the end). Else the
+// error is ErrOutOfRange.
+func (x *Execution) FollowFrom(seq uint64) (*Reader, error) {
+	rd := x.Follow()
+	if seq == 0 {
+		return rd, nil
+	}
+	ended := false // and its end event stored: checked before counting
+	select {
+	case <-x.done:
+		ended = true
+	default:
+	}
+	n := x.records.Load()
+	var err error
+	switch {
+	case n == 0:
+		err = newErr(ErrOutOfRange, nil, "execution %s has sent no event yet: attach from 0", x.ID)
+	case ended && seq >= n:
+		err = newErr(ErrOutOfRange, nil, "execution %s ended with event %d: nothing follows it", x.ID, n-1)
+	case seq > n:
+		err = newErr(ErrOutOfRange, nil, "execution %s has sent events up to %d so far", x.ID, n-1)
+	}
+	if err != nil {
+		rd.Close()
+		return nil, err
+	}
+	return rd, nil
+}
+
+// drained waits until no Reader follows the execution any more (each was
+// closed, or left behind as too slow), or ctx ends; it reports which.
+func (x *Execution) drained(ctx context.Context) bool {
+	for {
+		x.flowMu.Lock()
+		if len(x.readers) == 0 {
+			x.flowMu.Unlock()
+			return true
+		}
+		if x.flowWake == nil {
+			x.flowWake = make(chan struct{})
+		}
+		wake := x.flowWake
+		x.flowMu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // Done is closed once the execution ended and its end event is stored.
@@ -134,11 +202,25 @@ func (x *Execution) attention(seen *uint64) context.Context {
 	return ctx
 }
 
-// flags returns what was asked of the runner.
-func (x *Execution) flags() (interrupted, timedOut, restartDue bool) {
+// flags returns what was asked of the runner, and clears resendDue.
+func (x *Execution) flags() (interrupted, timedOut, restartDue, resendDue bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.interrupted, x.timedOut, x.restartDue
+	resendDue, x.resendDue = x.resendDue, false
+	return x.interrupted, x.timedOut, x.restartDue, resendDue
+}
+
+// later sets *flag (under mu) and wakes the runner after d, unless the
+// execution ended by then.
+func (x *Execution) later(d time.Duration, flag *bool, tag string) {
+	x.eng.clock.AfterFunc(d, func() {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		if x.end == nil {
+			*flag = true
+			x.pokeLocked()
+		}
+	}, "execution", tag)
 }
 
 // stopReason is how an execution stopped on request ends.
@@ -146,7 +228,9 @@ func (x *Execution) stopReason() (EndReason, *ErrorValue) {
 	if x.eng.ctx.Err() != nil {
 		return EndInterrupted, &ErrorValue{Name: errNameUnexpected, Value: "envd is shutting down; the execution was stopped"}
 	}
-	_, timedOut, _ := x.flags()
+	x.mu.Lock()
+	timedOut := x.timedOut
+	x.mu.Unlock()
 	if timedOut {
 		return EndTimedOut, &ErrorValue{Name: errNameTimeout,
 			Value: fmt.Sprintf("Execution timed out after %s and was stopped", x.timeout)}
@@ -156,19 +240,28 @@ func (x *Execution) stopReason() (EndReason, *ErrorValue) {
 
 // runner is the state of one run, owned by the execution's goroutine.
 type runner struct {
-	x         *Execution
-	ks        *kernelState
-	errored   bool // an error event was written
-	stopping  bool // interrupted or timed out: the kernel was interrupted
-	restarted bool // we restarted the kernel because it did not stop
-	aborted   bool // the kernel replied abort(ed)
+	x          *Execution
+	ks         *kernelState
+	errored    bool // an error event was written
+	stopping   bool // interrupted or timed out: the kernel was interrupted
+	interrupts int  // interrupts sent
+	heard      bool // since the interrupt the kernel answered (error, reply or idle)
+	idle       bool // since the interrupt the kernel went idle
+	replied    bool // the execute_reply came
+	restarted  bool // we restarted the kernel because it did not stop
+	aborted    bool // the kernel replied abort(ed)
 }
 
 // abortSettle is how long an aborted request waits for its idle.
 const abortSettle = 2 * time.Second
 
+// replySettle is how long an interrupted request that went idle waits for
+// its execute_reply before it counts as interrupted without one (ipykernel
+// loses the reply when the interrupt lands outside user code).
+const replySettle = time.Second
+
 // run is the execution's goroutine.
-func (x *Execution) run(ticket chan struct{}) {
+func (x *Execution) run(ticket fifo.Ticket) {
 	defer x.eng.wg.Done()
 	r := &runner{x: x}
 	var seen uint64
@@ -178,7 +271,7 @@ func (x *Execution) run(ticket chan struct{}) {
 	select {
 	case <-ticket:
 	case <-actx.Done():
-		x.c.queue.cancel(ticket)
+		x.c.queue.Cancel(ticket)
 		r.stopBeforeRun("stopped before it started")
 		close(x.done)
 		x.eng.executionFinished(x)
@@ -192,7 +285,7 @@ func (x *Execution) run(ticket chan struct{}) {
 			r.restoreEnv(envRestarts)
 		}
 		x.c.setCurrent(nil)
-		x.c.queue.release()
+		x.c.queue.Release()
 		close(x.done)
 		x.eng.executionFinished(x)
 	}()
@@ -219,7 +312,10 @@ func (x *Execution) run(ticket chan struct{}) {
 			return
 		}
 	}
-	if interrupted, timedOut, _ := x.flags(); interrupted || timedOut || x.eng.ctx.Err() != nil {
+	x.mu.Lock()
+	stopped := x.interrupted || x.timedOut
+	x.mu.Unlock()
+	if stopped || x.eng.ctx.Err() != nil {
 		r.stopBeforeRun("stopped before it started")
 		return
 	}
@@ -240,7 +336,7 @@ func (x *Execution) run(ticket chan struct{}) {
 				r.finish(x.stopReason())
 				return
 			}
-			if r.abortDue() {
+			if r.abortDue() || (r.idleDue() && !r.replied) {
 				r.finishRun()
 				return
 			}
@@ -263,6 +359,12 @@ func (x *Execution) run(ticket chan struct{}) {
 					r.emitError(&ErrorValue{Name: errNameRestarting, Value: "The kernel died when interrupted and was " +
 						"restarted: the context's state (variables, imports) is lost. The context is usable again."})
 				}
+				r.finish(x.stopReason())
+				return
+			}
+			if r.stopping && r.idle && !r.replied && r.ks.usable() && !gone(err) && !errors.Is(err, jupyter.ErrConnectionLost) {
+				// Interrupted, idle, and ended without a reply (by the
+				// kernel client): the kernel is fine, the code stopped.
 				r.finish(x.stopReason())
 				return
 			}
@@ -293,36 +395,51 @@ func (r *runner) abortDue() bool {
 	return r.x.abortDue
 }
 
-// attend handles Interrupt, the timeout and a due restart.
+func (r *runner) idleDue() bool {
+	r.x.mu.Lock()
+	defer r.x.mu.Unlock()
+	return r.x.idleDue
+}
+
+// interrupt sends the kernel an interrupt, and asks to be woken to send it
+// again if the kernel stays silent.
+func (r *runner) interrupt() {
+	x := r.x
+	r.interrupts++
+	ctx, cancel := context.WithTimeout(x.eng.ctx, 10*time.Second)
+	err := r.ks.kernel.Interrupt(ctx)
+	cancel()
+	if err != nil {
+		x.eng.log.Warn("cannot interrupt kernel", "context_id", x.ContextID, "error", err)
+	}
+	x.later(x.eng.opts.InterruptResend, &x.resendDue, "resend")
+}
+
+// attend handles Interrupt, the timeout, a silent interrupted kernel and a
+// due restart.
 func (r *runner) attend() {
 	x := r.x
-	interrupted, timedOut, restartDue := x.flags()
+	interrupted, timedOut, restartDue, resendDue := x.flags()
 	if (interrupted || timedOut) && !r.stopping {
 		r.stopping = true
-		ctx, cancel := context.WithTimeout(x.eng.ctx, 10*time.Second)
-		err := r.ks.kernel.Interrupt(ctx)
-		cancel()
-		if err != nil {
-			x.eng.log.Warn("cannot interrupt kernel", "context_id", x.ContextID, "error", err)
-		}
-		time.AfterFunc(x.eng.opts.InterruptGrace, func() {
-			x.mu.Lock()
-			defer x.mu.Unlock()
-			if x.end == nil {
-				x.restartDue = true
-				x.pokeLocked()
-			}
-		})
+		r.interrupt()
+		x.later(x.eng.opts.InterruptGrace, &x.restartDue, "grace")
+	} else if resendDue && r.stopping && !r.heard && !restartDue && !r.restarted {
+		// ipykernel ignores a SIGINT that lands outside user code: the
+		// kernel said nothing since, so the code still runs.
+		x.eng.log.Info("interrupted kernel is silent; interrupting again",
+			"context_id", x.ContextID, "language", x.Language, "interrupts", r.interrupts)
+		r.interrupt()
 	}
 	// A kernel that answered (abort) did stop: no restart.
 	if restartDue && !r.restarted && !r.aborted {
 		r.restarted = true
-		x.eng.log.Info("code did not stop when interrupted; restarting its kernel",
-			"context_id", x.ContextID, "language", x.Language, "grace", x.eng.opts.InterruptGrace)
+		x.eng.log.Warn("code did not stop when interrupted; restarting its kernel as a last resort",
+			"context_id", x.ContextID, "language", x.Language, "grace", x.eng.opts.InterruptGrace, "interrupts", r.interrupts)
 		r.emitError(&ErrorValue{Name: errNameRestarting, Value: fmt.Sprintf(
-			"The code did not stop within %s of being interrupted, so its kernel was restarted: "+
-				"the context's state (variables, imports) is lost. The context is usable again.",
-			x.eng.opts.InterruptGrace)})
+			"The code did not stop within %s of being interrupted (%d interrupts sent), so its kernel was restarted "+
+				"as a last resort: the context's state (variables, imports) is lost. The context is usable again.",
+			x.eng.opts.InterruptGrace, r.interrupts)})
 		ctx, cancel := context.WithTimeout(x.eng.ctx, time.Minute)
 		err := r.ks.kernel.Restart(ctx)
 		cancel()
@@ -340,6 +457,16 @@ func (r *runner) attend() {
 func (r *runner) handle(ctx context.Context, m *jupyter.Message) bool {
 	x := r.x
 	switch m.Type() {
+	case "status":
+		var st jupyter.StatusContent
+		if r.stopping && m.DecodeContent(&st) == nil && st.ExecutionState == "idle" {
+			r.heard, r.idle = true, true
+			if !r.replied {
+				// Interrupted and idle: the reply may still come (the
+				// channels are not ordered), or never.
+				x.later(replySettle, &x.idleDue, "idle")
+			}
+		}
 	case "execute_input":
 		var in jupyter.ExecuteInputContent
 		if m.DecodeContent(&in) == nil {
@@ -373,11 +500,13 @@ func (r *runner) handle(ctx context.Context, m *jupyter.Message) bool {
 		}
 		x.write(Event{Kind: EventResult, Result: &Result{IsMain: m.Type() == "execute_result", Data: d.Data}})
 	case "error":
+		r.heard = true
 		var ec jupyter.ErrorContent
 		if !r.errored && m.DecodeContent(&ec) == nil {
 			r.emitError(&ErrorValue{Name: ec.EName, Value: ec.EValue, Traceback: strings.Join(ec.Traceback, "")})
 		}
 	case "execute_reply":
+		r.heard, r.replied = true, true
 		var rep jupyter.ExecuteReplyContent
 		if m.DecodeContent(&rep) != nil {
 			return false
@@ -395,14 +524,7 @@ func (r *runner) handle(ctx context.Context, m *jupyter.Message) bool {
 			if !r.aborted {
 				r.aborted = true
 				r.emitError(&ErrorValue{Name: errNameAborted, Value: errValueAborted})
-				time.AfterFunc(abortSettle, func() {
-					x.mu.Lock()
-					defer x.mu.Unlock()
-					if x.end == nil {
-						x.abortDue = true
-						x.pokeLocked()
-					}
-				})
+				x.later(abortSettle, &x.abortDue, "abort")
 			}
 		}
 	case "input_request":
@@ -529,15 +651,26 @@ func (r *runner) restoreEnv(restartsAtSet int) {
 	}
 }
 
-// write stores one event, first waiting (briefly) for readers that keep up.
+// write stores one event, first waiting (briefly) for readers that keep
+// up. Event 0 is always EventStarted: the kernel's execution count, when it
+// comes first, or made up before whatever comes first.
 func (x *Execution) write(ev Event) {
-	ev.Seq = x.records.Load() // only the runner writes
-	if ev.Seq == 0 {
-		x.firstKind.Store(uint32(ev.Kind))
+	if x.records.Load() == 0 { // only the runner writes
+		st := &Started{ExecutionID: x.ID, ContextID: x.ContextID}
+		if ev.Kind == EventExecutionCount {
+			st.ExecutionCount, st.Counted = ev.ExecutionCount, true
+		}
+		x.started.Store(st)
+		x.store(Event{Kind: EventStarted, Started: st})
+		if st.Counted {
+			return
+		}
 	}
-	if ev.Kind == EventExecutionCount {
-		x.count.Store(int64(ev.ExecutionCount))
-	}
+	x.store(ev)
+}
+
+func (x *Execution) store(ev Event) {
+	ev.Seq = x.records.Load()
 	rec := encodeEvent(ev)
 	x.log.WritePaced(x.eng.ctx, uint8(ev.Kind), rec)
 	x.records.Add(1)

@@ -95,7 +95,6 @@ func TestTimeout(t *testing.T) {
 	t.Parallel()
 	c := newContext(t, "", "")
 	run(t, c.ID, "kept = 7").mustOK(t)
-	start := time.Now()
 	evs := runDirect(t, interpreter.ExecuteRequest{Code: "while True: pass", ContextID: c.ID, Timeout: time.Second})
 	if end := endOf(evs); end.Reason != interpreter.EndTimedOut {
 		t.Fatalf("end %+v, events %v", end, kinds(evs))
@@ -103,15 +102,15 @@ func TestTimeout(t *testing.T) {
 	if names := errorNames(evs); len(names) != 2 || names[0] != "KeyboardInterrupt" || names[1] != "TimeoutError" {
 		t.Errorf("errors %v, want KeyboardInterrupt then TimeoutError", names)
 	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("a 1 s timeout took %s", d)
-	}
 	// Interrupted, not restarted: the state is kept.
 	if got := run(t, c.ID, "kept").mustOK(t).text(); got != "7" {
 		t.Errorf("after the timeout: %q", got)
 	}
 }
 
+// A client that goes away interrupts its code; the context keeps its
+// state (ipykernel may swallow the SIGINT: it is sent again, never
+// answered by a restart within the grace).
 func TestInterruptOnClientDisconnect(t *testing.T) {
 	t.Parallel()
 	c := newContext(t, "", "")
@@ -128,14 +127,10 @@ func TestInterruptOnClientDisconnect(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	start := time.Now()
-	if got := run(t, c.ID, "kept + 1").mustOK(t).text(); got != "9" {
-		t.Errorf("after the disconnect: %q", got)
+	r := run(t, c.ID, "kept + 1")
+	if r.mustOK(t).text() != "9" {
+		t.Errorf("after the disconnect: %q", r.text())
 	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("the next run waited %s", d)
-	}
-	// The interrupted execution is findable and says how it ended.
 }
 
 func TestInterruptQueued(t *testing.T) {
@@ -151,7 +146,7 @@ func TestInterruptQueued(t *testing.T) {
 	}
 	second.Interrupt()
 	evs2 := collect(t, rd2)
-	if end := endOf(evs2); end.Reason != interpreter.EndInterrupted || len(evs2) != 1 {
+	if end := endOf(evs2); end.Reason != interpreter.EndInterrupted || len(evs2) != 2 || evs2[0].Kind != interpreter.EventStarted {
 		t.Errorf("queued and interrupted: %v %+v", kinds(evs2), end)
 	}
 	if evs := collect(t, rd1); endOf(evs).Reason != interpreter.EndOK {
@@ -161,7 +156,7 @@ func TestInterruptQueued(t *testing.T) {
 	if got := run(t, c.ID, "'ran2' in globals()").mustOK(t).text(); got != "False" {
 		t.Errorf("the interrupted queued code ran: %s", got)
 	}
-	if x, ok := shared.eng.Execution(second.ID); !ok || x.End() == nil || x.End().Reason != interpreter.EndInterrupted {
+	if x, err := shared.eng.Execution(second.ID); err != nil || x.End() == nil || x.End().Reason != interpreter.EndInterrupted {
 		t.Errorf("finished execution not findable by id")
 	}
 	if ok, err := shared.eng.Interrupt(c.ID); ok || err != nil {
@@ -218,14 +213,10 @@ func TestKernelKilledMidRun(t *testing.T) {
 			dir := trickyDir(t)
 			c := newContext(t, "", dir)
 			run(t, c.ID, "lost = 1").mustOK(t)
-			start := time.Now()
 			r := run(t, c.ID, tc.code)
 			e := r.lastError()
 			if e == nil || e.Name != "ContextRestarting" || !strings.Contains(e.Value, "died") {
 				t.Fatalf("errors %+v, lines %v", r.errors, r.types())
-			}
-			if d := time.Since(start); d > 15*time.Second {
-				t.Errorf("the death took %s to report", d)
 			}
 			r = run(t, c.ID, "import os\nprint(os.getcwd())\nprint(os.environ.get('ENVD_TEST_GLOBAL'))\nlost")
 			if e := r.lastError(); e == nil || e.Name != "NameError" {
@@ -244,7 +235,7 @@ func TestServerKilled(t *testing.T) {
 	t.Parallel()
 	sup, eng := newStack(shared.layout, func() map[string]string { return map[string]string{"ENVD_TEST_GLOBAL": "g2"} })
 	ctx := testCtx(t, 3*time.Minute)
-	if err := sup.Start(ctx); err != nil {
+	if err := startSupervisor(ctx, sup); err != nil {
 		t.Fatal(err)
 	}
 	eng.Start()
@@ -271,19 +262,7 @@ func TestServerKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait for the code to run, then SIGKILL the server.
-	for deadline := time.Now().Add(time.Minute); ; {
-		evs, _ := rd.Read()
-		if len(evs) > 0 && evs[len(evs)-1].Kind == interpreter.EventStdout {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("code did not start")
-		}
-		select {
-		case <-rd.Wait():
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	readUntil(t, rd, isKind(interpreter.EventStdout))
 	st := sup.Status()
 	if st.PID == 0 {
 		t.Fatal("no server pid")
@@ -464,31 +443,34 @@ func TestTenContextsAtOnce(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	// Each execution checks in, then waits until all have: they can only
+	// all see ten if they run at the same time.
+	dir := t.TempDir()
 	outs := make([]string, n)
-	start := time.Now()
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			outs[i] = run(t, ids[i], fmt.Sprintf("import os, time\ntime.sleep(1)\nprint(%d, os.getpid())", i)).mustOK(t).out()
+			outs[i] = run(t, ids[i], fmt.Sprintf(`import os, time
+open(os.path.join(%[1]q, "%[2]d"), "w").close()
+deadline = time.monotonic() + 100
+while len(os.listdir(%[1]q)) < %[3]d and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(%[2]d, os.getpid(), len(os.listdir(%[1]q)))`, dir, i, n)).mustOK(t).out()
 		}()
 	}
 	wg.Wait()
 	pids := map[string]bool{}
 	for i, out := range outs {
 		f := strings.Fields(out)
-		if len(f) != 2 || f[0] != fmt.Sprint(i) {
-			t.Errorf("context %d printed %q", i, out)
+		if len(f) != 3 || f[0] != fmt.Sprint(i) || f[2] != fmt.Sprint(n) {
+			t.Errorf("context %d printed %q, want its number, its pid and %d executions seen running", i, out, n)
 			continue
 		}
 		pids[f[1]] = true
 	}
 	if len(pids) != n {
 		t.Errorf("%d distinct kernels, want %d", len(pids), n)
-	}
-	// They ran in parallel: ten 1 s sleeps in well under ten seconds.
-	if d := time.Since(start); d > 8*time.Second {
-		t.Errorf("ten 1 s executions took %s", d)
 	}
 }
 
@@ -583,16 +565,7 @@ func TestRemoveWhileRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(time.Minute); ; {
-		if cur := c.Current(); cur != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("never ran")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond)
+	readUntil(t, running, isKind(interpreter.EventStdout)) // the code runs
 	if err := shared.eng.RemoveContext(ctx, c.ID); err != nil {
 		t.Fatal(err)
 	}

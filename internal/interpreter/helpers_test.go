@@ -8,11 +8,14 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/interpreter/codehttp"
+	"github.com/envd-dev/envd/internal/server"
 )
 
 // line is one NDJSON line of /execute, fields kept raw.
@@ -82,8 +85,14 @@ func (r *execResult) mustOK(t testing.TB) *execResult {
 // end_of_execution last and only there.
 func execute(t testing.TB, body any) *execResult {
 	t.Helper()
+	return executeAt(t, shared.srv.URL, body)
+}
+
+// executeAt is execute on the API at base.
+func executeAt(t testing.TB, base string, body any) *execResult {
+	t.Helper()
 	ctx := testCtx(t, execTimeout)
-	resp := postJSON(t, ctx, "/execute", body)
+	resp := doAt(t, ctx, base, http.MethodPost, "/execute", body)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
@@ -124,6 +133,11 @@ func readStream(t testing.TB, body io.Reader) *execResult {
 		if err := json.Unmarshal([]byte(text), &l); err != nil {
 			t.Fatalf("line is not a JSON object: %v: %q", err, short(text))
 		}
+		if l.typ() == "keepalive" {
+			// Anywhere a silence lasts: counted, not listed.
+			r.keepalives++
+			continue
+		}
 		r.lines = append(r.lines, l)
 		r.raw = append(r.raw, text)
 		switch l.typ() {
@@ -143,8 +157,6 @@ func readStream(t testing.TB, body io.Reader) *execResult {
 			}
 		case "error":
 			r.errors = append(r.errors, errLine{l.str("name"), l.str("value"), l.str("traceback")})
-		case "keepalive":
-			r.keepalives++
 		case "end_of_execution":
 			ended = true
 		default:
@@ -177,11 +189,16 @@ func postJSON(t testing.TB, ctx context.Context, path string, body any) *http.Re
 
 func do(t testing.TB, ctx context.Context, method, path string, body any) *http.Response {
 	t.Helper()
+	return doAt(t, ctx, shared.srv.URL, method, path, body)
+}
+
+func doAt(t testing.TB, ctx context.Context, base, method, path string, body any) *http.Response {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(mustMarshal(t, body))
 	}
-	req, err := http.NewRequestWithContext(ctx, method, shared.srv.URL+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +213,13 @@ func do(t testing.TB, ctx context.Context, method, path string, body any) *http.
 // call does a non-streaming request and returns status and body.
 func call(t testing.TB, method, path string, body any) (int, string) {
 	t.Helper()
-	resp := do(t, testCtx(t, kernelTimeout), method, path, body)
+	return callAt(t, shared.srv.URL, method, path, body)
+}
+
+// callAt is call on the API at base.
+func callAt(t testing.TB, base, method, path string, body any) (int, string) {
+	t.Helper()
+	resp := doAt(t, testCtx(t, kernelTimeout), base, method, path, body)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -241,4 +264,27 @@ func removeContext(t testing.TB, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_ = shared.eng.RemoveContext(ctx, id)
+}
+
+// serveHTTP serves the HTTP API over eng on a server of its own, closed at
+// cleanup, and returns its base URL.
+func serveHTTP(t testing.TB, eng *interpreter.Engine, opts codehttp.Options) string {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = testLogger()
+	}
+	if opts.Keepalive == 0 {
+		opts.Keepalive = testKeepalive
+	}
+	api := codehttp.New(eng, opts)
+	h, err := server.New(server.Options{Logger: testLogger(), Routes: append(api.Routes(), api.HealthRoute())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return srv.URL
 }

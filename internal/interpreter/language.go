@@ -1,8 +1,6 @@
 package interpreter
 
 import (
-	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/envd-dev/envd/internal/jupyter/startup"
@@ -47,27 +45,6 @@ func NormalizeLanguage(language string) string {
 	}
 }
 
-// UnsupportedLanguageError says that no installed kernel runs a language.
-type UnsupportedLanguageError struct {
-	Language  string   // as normalized
-	Available []string // languages whose kernels are installed, in a fixed order
-}
-
-func (e *UnsupportedLanguageError) Error() string {
-	avail := "none (no kernel is installed)"
-	if len(e.Available) > 0 {
-		avail = strings.Join(e.Available, ", ")
-	}
-	if _, known := kernelNames[e.Language]; known {
-		return fmt.Sprintf("language %q is not available: its kernel (%s) is not installed; available languages: %s",
-			e.Language, kernelNames[e.Language], avail)
-	}
-	return fmt.Sprintf("unsupported language %q; available languages: %s", e.Language, avail)
-}
-
-// Is makes errors.Is(err, ErrUnsupportedLanguage) true.
-func (e *UnsupportedLanguageError) Is(target error) bool { return target == ErrUnsupportedLanguage }
-
 // availableLanguages lists, in languageOrder, the languages whose kernelspec
 // is among specs.
 func availableLanguages(specs map[string]bool) []string {
@@ -81,34 +58,33 @@ func availableLanguages(specs map[string]bool) []string {
 }
 
 // kernelFor returns the kernelspec name for a normalized language, or an
-// *UnsupportedLanguageError if the language is unknown or its kernel is not
-// among specs.
+// ErrUnsupportedLanguage error if the language is unknown or its kernel is
+// not among specs.
 func kernelFor(language string, specs map[string]bool) (string, error) {
 	name, ok := kernelNames[language]
 	if !ok || !specs[name] {
-		return "", &UnsupportedLanguageError{Language: language, Available: availableLanguages(specs)}
+		return "", unsupported(language, availableLanguages(specs))
 	}
 	return name, nil
 }
 
-// Sentinel errors of the engine. The HTTP adapter maps them to statuses in
-// one place (see http.go).
-var (
-	// ErrContextNotFound: no context has the id.
-	ErrContextNotFound = errors.New("context not found")
-	// ErrUnsupportedLanguage: see UnsupportedLanguageError.
-	ErrUnsupportedLanguage = errors.New("unsupported language")
-	// ErrContextAndLanguage: a request named both a context and a language.
-	ErrContextAndLanguage = errors.New("only one of context_id or language can be provided")
-	// ErrBadCwd: a context's working directory does not exist, is not a
-	// directory, or the kernels' user cannot enter it.
-	ErrBadCwd = errors.New("bad working directory")
-	// ErrBadEnv: a per-execution env var cannot be set in the context's
-	// language (e.g. a name that is not a bash identifier).
-	ErrBadEnv = errors.New("bad environment variable")
-	// ErrNotReady: Jupyter is not (yet) up, and the caller's context ended
-	// while waiting for it.
-	ErrNotReady = errors.New("code execution is not ready")
-	// ErrClosed: the engine was closed.
-	ErrClosed = errors.New("code execution engine stopped")
-)
+// unsupported says that no installed kernel runs a language, and which
+// languages are available (in languageOrder).
+func unsupported(language string, available []string) error {
+	avail := "none (no kernel is installed)"
+	if len(available) > 0 {
+		avail = strings.Join(available, ", ")
+	}
+	if name, known := kernelNames[language]; known {
+		return newErr(ErrUnsupportedLanguage, nil, "language %q is not available: its kernel (%s) is not installed; available languages: %s",
+			language, name, avail)
+	}
+	return newErr(ErrUnsupportedLanguage, nil, "unsupported language %q; available languages: %s", language, avail)
+}
+
+// unknownLanguage says that envd knows no kernel for a language, when
+// which kernels are installed cannot be known yet.
+func unknownLanguage(language string) error {
+	return newErr(ErrUnsupportedLanguage, nil, "unsupported language %q; envd runs: %s (when their kernels are installed)",
+		language, strings.Join(languageOrder, ", "))
+}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/interpreter/codehttp"
 	"github.com/envd-dev/envd/internal/jupyter"
 	"github.com/envd-dev/envd/internal/jupyter/startup"
 	"github.com/envd-dev/envd/internal/server"
@@ -77,7 +78,7 @@ func (r mainRunner) Run() int {
 	shared.env.Store("ENVD_TEST_GLOBAL", "global value")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := sup.Start(ctx); err != nil {
+	if err := startSupervisor(ctx, sup); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: start jupyter: %v\n%s\n", err, installHint)
 		_ = sup.Stop(context.Background())
 		return 1
@@ -91,7 +92,7 @@ func (r mainRunner) Run() int {
 		_ = sup.Stop(context.Background())
 		return 1
 	}
-	api := interpreter.NewHTTP(eng, interpreter.HTTPOptions{Logger: testLogger(), Keepalive: testKeepalive})
+	api := codehttp.New(eng, codehttp.Options{Logger: testLogger(), Keepalive: testKeepalive})
 	h, err := server.New(server.Options{Logger: testLogger(), Routes: append(api.Routes(), api.HealthRoute())})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
@@ -157,4 +158,16 @@ func short(s string) string {
 		return s[:80] + "..."
 	}
 	return s
+}
+
+// startSupervisor starts sup and waits until its server is up. A first
+// start can fail for a reason of the moment (another process took the
+// free port it picked): the supervisor retries in the background, as in
+// envd, and only ctx bounds the wait.
+func startSupervisor(ctx context.Context, sup *jupyter.Supervisor) error {
+	if err := sup.Start(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "jupyter did not start (%v); waiting for its retries\n", err)
+		return sup.Ready(ctx)
+	}
+	return nil
 }

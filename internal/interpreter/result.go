@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"sort"
+	"strings"
 )
 
 // Result is a rich output of an execution: a display_data (IsMain false),
@@ -87,4 +88,23 @@ func unquoteText(raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// Text is the text/plain value as the HTTP API shows it (one outer pair of
+// quotes removed), decoded; Jupyter may give it as a list of lines. ok is
+// false when the bundle has no text/plain.
+func (r *Result) Text() (text string, ok bool) {
+	raw, ok := r.Data["text/plain"]
+	if !ok {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(unquoteText(raw), &s) == nil {
+		return s, true
+	}
+	var lines []string
+	if json.Unmarshal(raw, &lines) == nil {
+		return strings.Join(lines, ""), true
+	}
+	return string(raw), true
 }

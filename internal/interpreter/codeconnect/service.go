@@ -1,21 +1,27 @@
-package interpreter
+// Package codeconnect is envd's native code-execution service,
+// envd.interpreter.v1, over an interpreter.Engine: the engine's second
+// adapter beside codehttp, which adds execution ids, reattaching by seq,
+// explicit interrupts and typed end reasons. It uses only the engine's
+// exported API, and is the only place where engine errors become Connect
+// codes (toConnectErr).
+package codeconnect
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/coder/quartz"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/envd-dev/envd/gen/envd/interpreter/v1"
 	"github.com/envd-dev/envd/gen/envd/interpreter/v1/interpreterv1connect"
+	"github.com/envd-dev/envd/internal/interpreter"
 	"github.com/envd-dev/envd/internal/server"
 )
 
@@ -32,45 +38,49 @@ import (
 // unless it asked so (interrupt_on_disconnect): it may reattach with
 // AttachExecution.
 //
-// The events of an execution on the wire: seq 0 is always started, with
-// the execution id. When the kernel's execution count is the engine's
-// first event (the usual case), started carries it and stands in its
-// place, and every other event keeps the engine's seq. Otherwise (the
-// execution ended before its code reached the kernel) started is made up,
-// with execution count 0, and the engine's events follow from seq 1; an
-// execution count that still comes is sent as a second started. Either
-// way the seqs are contiguous, the same for every reader, and started is
-// sent once the engine stored its first event: a queued execution's stream
-// only has keepalives until its turn comes. Keepalives are not events of
-// the execution and carry seq 0.
+// The events of an execution on the wire are the engine's, with the
+// engine's seqs: seq 0 is always started (interpreter.EventStarted), with
+// the execution id and, when the kernel accepted the code before anything
+// else happened (the usual case), its execution count; else count 0, and
+// an execution count that still comes is sent as a second started. So the
+// seqs are contiguous, the same for every reader, and started is sent once
+// the engine stored it: a queued execution's stream only has keepalives
+// until its turn comes. Keepalives are not events of the execution and
+// carry seq 0.
 type Service struct {
-	eng       *Engine // nil: code execution is off
+	eng       *interpreter.Engine // nil: code execution is off
 	log       *slog.Logger
 	readyWait time.Duration
+	clock     quartz.Clock
 }
 
 var _ interpreterv1connect.InterpreterServiceHandler = (*Service)(nil)
 
-// ServiceOptions configures NewService. Zero values are the defaults.
-type ServiceOptions struct {
+// Options configures New. Zero values are the defaults.
+type Options struct {
 	// Logger. Zero: slog.Default().
 	Logger *slog.Logger
 	// ReadyWait bounds how long a call waits for Jupyter, or for a
-	// language's first kernel, before answering unavailable. Zero: 50 s,
-	// as the HTTP API.
+	// language's first kernel, before answering unavailable. Zero:
+	// interpreter.ReadyWait, as the HTTP API.
 	ReadyWait time.Duration
+	// Clock drives the keepalives. Zero: the real clock.
+	Clock quartz.Clock
 }
 
-// NewService returns the service over eng; a nil eng answers unavailable
-// to every call (envd runs with -no-jupyter).
-func NewService(eng *Engine, opts ServiceOptions) *Service {
+// New returns the service over eng; a nil eng answers unavailable to every
+// call (envd runs with -no-jupyter).
+func New(eng *interpreter.Engine, opts Options) *Service {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	if opts.ReadyWait <= 0 {
-		opts.ReadyWait = defaultReadyWait
+		opts.ReadyWait = interpreter.ReadyWait
 	}
-	return &Service{eng: eng, log: opts.Logger, readyWait: opts.ReadyWait}
+	if opts.Clock == nil {
+		opts.Clock = quartz.NewReal()
+	}
+	return &Service{eng: eng, log: opts.Logger, readyWait: opts.ReadyWait, clock: opts.Clock}
 }
 
 // Handler returns the service's route pattern and handler.
@@ -80,9 +90,9 @@ func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) 
 
 // engine returns the engine, or every call's answer when code execution is
 // off.
-func (s *Service) engine() (*Engine, error) {
+func (s *Service) engine() (*interpreter.Engine, error) {
 	if s.eng == nil {
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New(disabledMsg))
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New(interpreter.DisabledMessage))
 	}
 	return s.eng, nil
 }
@@ -98,26 +108,19 @@ func (s *Service) toConnectErr(ctx context.Context, err error) error {
 		return connect.NewError(connect.CodeOf(ctxErr), ctxErr)
 	}
 	var code connect.Code
-	msg := err.Error()
 	switch {
-	case errors.Is(err, ErrContextNotFound):
+	case errors.Is(err, interpreter.ErrContextNotFound), errors.Is(err, interpreter.ErrExecutionNotFound):
 		code = connect.CodeNotFound
-		if id, ok := strings.CutPrefix(msg, ErrContextNotFound.Error()+": "); ok {
-			msg = fmt.Sprintf("context %q not found", id)
-		}
-	case errors.Is(err, ErrContextAndLanguage):
-		code, msg = connect.CodeInvalidArgument, "give at most one of context_id and language: a context has its language"
-	case errors.Is(err, ErrUnsupportedLanguage), errors.Is(err, ErrBadCwd), errors.Is(err, ErrBadEnv):
+	case errors.Is(err, interpreter.ErrContextAndLanguage):
+		code, err = connect.CodeInvalidArgument, errors.New("give at most one of context_id and language: a context has its language")
+	case errors.Is(err, interpreter.ErrUnsupportedLanguage), errors.Is(err, interpreter.ErrBadCwd),
+		errors.Is(err, interpreter.ErrBadEnv):
 		code = connect.CodeInvalidArgument
-	case errors.Is(err, ErrNotReady):
-		// What the engine waits for says more than the wait's end.
-		if h := s.eng.Health(); h != nil {
-			msg = h.Error()
-		} else {
-			msg = ErrNotReady.Error() + ": the context's kernel is still starting"
-		}
-		code, msg = connect.CodeUnavailable, fmt.Sprintf("%s (waited up to %s; retry later)", msg, s.readyWait)
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, interpreter.ErrOutOfRange):
+		code = connect.CodeOutOfRange
+	case errors.Is(err, interpreter.ErrNotReady):
+		code, err = connect.CodeUnavailable, fmt.Errorf("%w (waited up to %s; retry later)", err, s.readyWait)
+	case errors.Is(err, interpreter.ErrClosed):
 		code = connect.CodeUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		code = connect.CodeDeadlineExceeded
@@ -127,17 +130,8 @@ func (s *Service) toConnectErr(ctx context.Context, err error) error {
 		s.log.Warn("code request failed", "error", err)
 		code = connect.CodeInternal
 	}
-	return connect.NewError(code, &wireError{msg: msg, err: err})
+	return connect.NewError(code, err)
 }
-
-// wireError is err with another message.
-type wireError struct {
-	msg string
-	err error
-}
-
-func (e *wireError) Error() string { return e.msg }
-func (e *wireError) Unwrap() error { return e.err }
 
 func invalid(format string, args ...any) error {
 	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, args...))
@@ -173,7 +167,7 @@ func (s *Service) Execute(ctx context.Context, req *connect.Request[pb.ExecuteRe
 		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.readyWait)
-	x, rd, err := eng.Execute(wctx, ExecuteRequest{
+	x, rd, err := eng.Execute(wctx, interpreter.ExecuteRequest{
 		Code:      m.GetCode(),
 		ContextID: m.GetContextId(),
 		Language:  m.GetLanguage(),
@@ -204,109 +198,63 @@ func (s *Service) AttachExecution(ctx context.Context, req *connect.Request[pb.A
 	if id == "" {
 		return invalid("execution_id is empty: give the id of the started event")
 	}
-	x, ok := eng.Execution(id)
-	if !ok {
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("execution %q not found: it never existed, or it ended too long ago (envd keeps the last %d finished executions for %s)", id, maxFinished, eng.opts.KeepFinished))
+	x, err := eng.Execution(id)
+	if err != nil {
+		return s.toConnectErr(ctx, err)
 	}
 	from := req.Msg.GetFromSeq()
-	rd := x.Follow()
-	if err := checkFrom(x, from); err != nil {
-		rd.Close()
-		return err
+	rd, err := x.FollowFrom(from)
+	if err != nil {
+		return s.toConnectErr(ctx, fmt.Errorf("from_seq %d: %w", from, err))
 	}
 	return s.follow(ctx, x, rd, from, server.KeepaliveInterval(req.Header()), func(ev *pb.ExecutionEvent) error {
 		return stream.Send(&pb.AttachExecutionResponse{Event: ev})
 	})
 }
 
-// checkFrom refuses a from_seq no reader can have reached.
-func checkFrom(x *Execution, from uint64) error {
-	if from == 0 {
-		return nil
-	}
-	ended := false // and its end event stored: read before counting
-	select {
-	case <-x.Done():
-		ended = true
-	default:
-	}
-	first := EventKind(x.firstKind.Load())
-	if first == 0 {
-		return connect.NewError(connect.CodeOutOfRange, fmt.Errorf("from_seq %d: execution %s has sent no event yet: attach from 0", from, x.ID))
-	}
-	n := x.records.Load() + shift(first) // events on the wire so far, started included
-	switch {
-	case ended && from >= n:
-		return connect.NewError(connect.CodeOutOfRange, fmt.Errorf("from_seq %d: execution %s ended with event %d: nothing follows it", from, x.ID, n-1))
-	case from > n:
-		return connect.NewError(connect.CodeOutOfRange, fmt.Errorf("from_seq %d: execution %s has sent events up to %d so far", from, x.ID, n-1))
-	}
-	return nil
-}
-
-// shift is what the engine's seqs are offset by on the wire, given the
-// kind of the engine's first event (see Service).
-func shift(first EventKind) uint64 {
-	if first == EventExecutionCount {
-		return 0
-	}
-	return 1
-}
-
 // follow sends x's events from wire seq from until the end event, with
 // keepalives while the execution is quiet. It is the only caller of send
 // for its stream, and closes rd.
-func (s *Service) follow(ctx context.Context, x *Execution, rd *Reader, from uint64, keepalive time.Duration, send func(*pb.ExecutionEvent) error) error {
+func (s *Service) follow(ctx context.Context, x *interpreter.Execution, rd *interpreter.Reader, from uint64, keepalive time.Duration, send func(*pb.ExecutionEvent) error) error {
 	defer rd.Close()
-	ticker := time.NewTicker(keepalive)
+	ticker := s.clock.NewTicker(keepalive, "keepalive")
 	defer ticker.Stop()
-	sh := uint64(0)
-	known := false // sh is known: the engine stored its first event
-	next := from   // the wire seq of the next event to send
+	next := from // the seq of the next event to send
 	for {
 		evs, err := rd.Read()
 		if err != nil && !errors.Is(err, io.EOF) {
 			return connect.NewError(connect.CodeInternal, fmt.Errorf("execution %s: read events: %w", x.ID, err))
 		}
-		if !known {
-			if first := EventKind(x.firstKind.Load()); first != 0 {
-				known, sh = true, shift(first)
-				if next == 0 {
-					count := int64(0)
-					if sh == 0 {
-						count = x.count.Load()
-					}
-					if err := send(started(x, 0, count)); err != nil {
-						return err
-					}
-					next = 1
-				}
-			}
-		}
 		for _, ev := range evs {
-			if ev.Kind == EventLost {
+			if ev.Kind == interpreter.EventLost {
 				continue // the gap shows in the seqs
 			}
-			seq := ev.Seq + sh
-			if seq < next {
-				continue // started, or already seen by the client
+			if next == 0 && ev.Seq > 0 {
+				// started is no longer retained: it is state, too.
+				if err := send(started(x.Started(), 0)); err != nil {
+					return err
+				}
+				next = 1
 			}
-			if seq > next {
+			if ev.Seq < next {
+				continue // already seen by the client
+			}
+			if ev.Seq > next {
 				return connect.NewError(connect.CodeDataLoss, fmt.Errorf(
 					"execution %s: %d events (seq %d to %d) are no longer retained: more output came than envd keeps, "+
 						"and it was not read in time; the rest of the execution can still be followed from seq %d",
-					x.ID, seq-next, next, seq-1, seq))
+					x.ID, ev.Seq-next, next, ev.Seq-1, ev.Seq))
 			}
-			if err := send(toProto(x, ev, seq)); err != nil {
+			if err := send(toProto(x, ev)); err != nil {
 				return err
 			}
 			next++
-			if ev.Kind == EventEnd {
+			if ev.Kind == interpreter.EventEnd {
 				return nil
 			}
 		}
 		if len(evs) > 0 {
-			ticker.Reset(keepalive)
+			ticker.Reset(keepalive, "keepalive")
 			continue
 		}
 		if errors.Is(err, io.EOF) {
@@ -326,40 +274,40 @@ func (s *Service) follow(ctx context.Context, x *Execution, rd *Reader, from uin
 	}
 }
 
-func started(x *Execution, seq uint64, count int64) *pb.ExecutionEvent {
+func started(st *interpreter.Started, seq uint64) *pb.ExecutionEvent {
 	return &pb.ExecutionEvent{Seq: seq, Event: &pb.ExecutionEvent_Started{Started: &pb.Started{
-		ExecutionId: x.ID, ContextId: x.ContextID, ExecutionCount: count,
+		ExecutionId: st.ExecutionID, ContextId: st.ContextID, ExecutionCount: int64(st.ExecutionCount),
 	}}}
 }
 
-// toProto converts one stored event, with its wire seq.
-func toProto(x *Execution, ev Event, seq uint64) *pb.ExecutionEvent {
-	out := &pb.ExecutionEvent{Seq: seq}
+// toProto converts one stored event.
+func toProto(x *interpreter.Execution, ev interpreter.Event) *pb.ExecutionEvent {
+	out := &pb.ExecutionEvent{Seq: ev.Seq}
 	switch ev.Kind {
-	case EventExecutionCount:
-		return started(x, seq, int64(ev.ExecutionCount))
-	case EventStdout:
+	case interpreter.EventStarted:
+		return started(ev.Started, ev.Seq)
+	case interpreter.EventExecutionCount:
+		return started(&interpreter.Started{ExecutionID: x.ID, ContextID: x.ContextID, ExecutionCount: ev.ExecutionCount}, ev.Seq)
+	case interpreter.EventStdout:
 		out.Event = &pb.ExecutionEvent_Stdout{Stdout: output(ev)}
-	case EventStderr:
+	case interpreter.EventStderr:
 		out.Event = &pb.ExecutionEvent_Stderr{Stderr: output(ev)}
-	case EventResult:
+	case interpreter.EventResult:
 		r := &pb.Result{IsMainResult: ev.Result.IsMain, Data: make(map[string][]byte, len(ev.Result.Data))}
 		for mime, v := range ev.Result.Data {
 			r.Data[mime] = v
 		}
-		if v, ok := ev.Result.Data["text/plain"]; ok {
-			r.Text = plainText(v)
-		}
+		r.Text, _ = ev.Result.Text()
 		out.Event = &pb.ExecutionEvent_Result{Result: r}
-	case EventError:
+	case interpreter.EventError:
 		out.Event = &pb.ExecutionEvent_Error{Error: &pb.Error{Name: ev.Error.Name, Value: ev.Error.Value, Traceback: ev.Error.Traceback}}
-	case EventEnd:
+	case interpreter.EventEnd:
 		out.Event = &pb.ExecutionEvent_End{End: &pb.End{Reason: endReason(ev.End.Reason), Message: ev.End.Message}}
 	}
 	return out
 }
 
-func output(ev Event) *pb.Output {
+func output(ev interpreter.Event) *pb.Output {
 	o := &pb.Output{Text: ev.Text}
 	if t, err := time.Parse(time.RFC3339Nano, ev.Timestamp); err == nil {
 		o.Timestamp = timestamppb.New(t)
@@ -367,41 +315,27 @@ func output(ev Event) *pb.Output {
 	return o
 }
 
-// plainText is a text/plain value as the HTTP API shows it (one outer pair
-// of quotes removed), decoded. Jupyter may give it as a list of lines.
-func plainText(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(unquoteText(raw), &s) == nil {
-		return s
-	}
-	var lines []string
-	if json.Unmarshal(raw, &lines) == nil {
-		return strings.Join(lines, "")
-	}
-	return string(raw)
-}
-
-func endReason(r EndReason) pb.EndReason {
+func endReason(r interpreter.EndReason) pb.EndReason {
 	switch r {
-	case EndOK:
+	case interpreter.EndOK:
 		return pb.EndReason_END_REASON_OK
-	case EndError:
+	case interpreter.EndError:
 		return pb.EndReason_END_REASON_ERROR
-	case EndInterrupted:
+	case interpreter.EndInterrupted:
 		return pb.EndReason_END_REASON_INTERRUPTED
-	case EndTimedOut:
+	case interpreter.EndTimedOut:
 		return pb.EndReason_END_REASON_TIMED_OUT
-	case EndKernelDied:
+	case interpreter.EndKernelDied:
 		return pb.EndReason_END_REASON_KERNEL_DIED
-	case EndContextRestarted:
+	case interpreter.EndContextRestarted:
 		return pb.EndReason_END_REASON_CONTEXT_RESTARTED
-	case EndServerRestarted:
+	case interpreter.EndServerRestarted:
 		return pb.EndReason_END_REASON_SERVER_RESTARTED
 	}
 	return pb.EndReason_END_REASON_UNSPECIFIED
 }
 
-func contextProto(c ContextInfo) *pb.Context {
+func contextProto(c interpreter.ContextInfo) *pb.Context {
 	return &pb.Context{Id: c.ID, Language: c.Language, Cwd: c.Cwd}
 }
 
@@ -460,14 +394,11 @@ func (s *Service) RestartContext(ctx context.Context, req *connect.Request[pb.Re
 	if id == "" {
 		return nil, invalid("context_id is empty: give the context to restart")
 	}
-	c, err := eng.Context(id)
+	c, err := eng.RestartContext(ctx, id)
 	if err != nil {
 		return nil, s.toConnectErr(ctx, err)
 	}
-	if err := c.restart(ctx); err != nil {
-		return nil, s.toConnectErr(ctx, err)
-	}
-	return connect.NewResponse(&pb.RestartContextResponse{Context: contextProto(c.Info())}), nil
+	return connect.NewResponse(&pb.RestartContextResponse{Context: contextProto(c)}), nil
 }
 
 // RemoveContext stops a context's kernel and forgets the context.

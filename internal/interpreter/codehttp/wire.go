@@ -1,10 +1,12 @@
-package interpreter
+package codehttp
 
 import (
 	"strconv"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/envd-dev/envd/internal/interpreter"
 )
 
 // The /execute stream is NDJSON as E2B's server writes it with Python's
@@ -16,13 +18,20 @@ import (
 // non-ASCII can only occur inside strings.
 
 // appendEvent appends ev as one line (with its "\n").
-func appendEvent(b []byte, ev Event) []byte {
+func appendEvent(b []byte, ev interpreter.Event) []byte {
 	switch ev.Kind {
-	case EventExecutionCount:
+	case interpreter.EventStarted:
+		if !ev.Started.Counted {
+			return b // made up: the count, if it comes, follows
+		}
+		b = append(b, `{"type": "number_of_executions", "execution_count": `...)
+		b = strconv.AppendInt(b, int64(ev.Started.ExecutionCount), 10)
+		b = append(b, '}')
+	case interpreter.EventExecutionCount:
 		b = append(b, `{"type": "number_of_executions", "execution_count": `...)
 		b = strconv.AppendInt(b, int64(ev.ExecutionCount), 10)
 		b = append(b, '}')
-	case EventStdout, EventStderr:
+	case interpreter.EventStdout, interpreter.EventStderr:
 		b = append(b, `{"type": "`...)
 		b = append(b, ev.Kind.String()...)
 		b = append(b, `", "text": `...)
@@ -30,7 +39,7 @@ func appendEvent(b []byte, ev Event) []byte {
 		b = append(b, `, "timestamp": `...)
 		b = appendString(b, ev.Timestamp)
 		b = append(b, '}')
-	case EventResult:
+	case interpreter.EventResult:
 		b = append(b, `{"type": "result"`...)
 		fields, extra := ev.Result.Fields()
 		for _, f := range fields {
@@ -51,7 +60,7 @@ func appendEvent(b []byte, ev Event) []byte {
 		b = append(b, `}, "is_main_result": `...)
 		b = strconv.AppendBool(b, ev.Result.IsMain)
 		b = append(b, '}')
-	case EventError:
+	case interpreter.EventError:
 		b = append(b, `{"type": "error", "name": `...)
 		b = appendString(b, ev.Error.Name)
 		b = append(b, `, "value": `...)
@@ -59,15 +68,15 @@ func appendEvent(b []byte, ev Event) []byte {
 		b = append(b, `, "traceback": `...)
 		b = appendString(b, ev.Error.Traceback)
 		b = append(b, '}')
-	case EventLost:
+	case interpreter.EventLost:
 		// Not an error: the code's own outcome is still to come.
 		b = append(b, `{"type": "stderr", "text": `...)
 		b = appendString(b, "[envd: "+strconv.FormatInt(ev.Lost, 10)+
 			" bytes of output were dropped because the client read too slowly]\n")
 		b = append(b, `, "timestamp": `...)
-		b = appendString(b, FormatTimestamp(time.Now().UTC().Format(time.RFC3339Nano)))
+		b = appendString(b, interpreter.FormatTimestamp(time.Now().UTC().Format(time.RFC3339Nano)))
 		b = append(b, '}')
-	case EventEnd:
+	case interpreter.EventEnd:
 		// The caller writes end_of_execution; the reason was told by an
 		// error event before.
 		return b

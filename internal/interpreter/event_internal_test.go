@@ -7,40 +7,6 @@ import (
 	"unicode/utf8"
 )
 
-func TestAppendString(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct{ in, want string }{
-		{"plain", `"plain"`},
-		{"q\"b\\s/", `"q\"b\\s/"`},
-		{"\n\r\t\b\f\x00\x1f\x7f", `"\n\r\t\b\f\u0000\u001f` + "\x7f" + `"`},
-		{"é漢😀", `"\u00e9\u6f22\ud83d\ude00"`},
-		{"\u2028\ufeff", `"\u2028\ufeff"`},
-		{"bad\xffbyte", `"bad\ufffdbyte"`},
-		{"<&>", `"<&>"`},
-	} {
-		got := string(appendString(nil, tc.in))
-		if got != tc.want {
-			t.Errorf("appendString(%q) = %s, want %s", tc.in, got, tc.want)
-		}
-		if utf8.ValidString(tc.in) {
-			var back string
-			if err := json.Unmarshal([]byte(got), &back); err != nil || back != tc.in {
-				t.Errorf("round trip of %q: %q, %v", tc.in, back, err)
-			}
-		}
-	}
-}
-
-func TestAppendRaw(t *testing.T) {
-	t.Parallel()
-	raw := []byte("{\"a\": [0.0, null, \"é😀\"],\n \"b\": 1e3}")
-	got := string(appendRaw(nil, raw))
-	want := `{"a": [0.0, null, "\u00e9\ud83d\ude00"], "b": 1e3}`
-	if got != want {
-		t.Errorf("appendRaw = %s, want %s", got, want)
-	}
-}
-
 func TestFormatTimestamp(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
@@ -108,6 +74,7 @@ func TestEventRecords(t *testing.T) {
 		{Seq: 6, Kind: EventResult, Result: &Result{IsMain: true, Data: map[string]json.RawMessage{"e2b/chart": json.RawMessage(`{"v":0.0,"n":null,"h":"<&>"}`)}}},
 		{Seq: 7, Kind: EventError, Error: &ErrorValue{Name: "E", Value: "v", Traceback: "tb"}},
 		{Seq: 8, Kind: EventEnd, End: &End{Reason: EndTimedOut, Message: "m"}},
+		{Seq: 0, Kind: EventStarted, Started: &Started{ExecutionID: "x", ContextID: "c", ExecutionCount: 2, Counted: true}},
 	} {
 		rec := encodeEvent(ev)
 		got, ok := decodeEvent(rec)
@@ -130,6 +97,24 @@ func TestNormalizeLanguage(t *testing.T) {
 	for in, want := range map[string]string{"": "python", " Python ": "python", "JS": "javascript", "ts": "typescript", "R": "r", "Bash": "bash", "java": "java"} {
 		if got := NormalizeLanguage(in); got != want {
 			t.Errorf("NormalizeLanguage(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestResultText(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ raw, want string }{
+		{`"'/home/user'"`, "/home/user"},
+		{`"\"it's\""`, "it's"},
+		{`"42"`, "42"},
+		{`"'"`, "'"},
+		{`"caf\u00e9"`, "café"},
+		{`["a\n", "b"]`, "a\nb"},
+		{`{"not": "text"}`, `{"not": "text"}`},
+	} {
+		r := &Result{Data: map[string]json.RawMessage{"text/plain": json.RawMessage(tc.raw)}}
+		if got, ok := r.Text(); !ok || got != tc.want {
+			t.Errorf("Text of %s = %q, want %q", tc.raw, got, tc.want)
 		}
 	}
 }

@@ -1,4 +1,11 @@
-package interpreter
+// Package codehttp serves E2B's code-interpreter HTTP API
+// (shared/contracts/code-interpreter-http.md) over an interpreter.Engine:
+// POST /execute streaming NDJSON (wire.go: ASCII-only lines, as the JS SDK
+// needs), GET/POST /contexts, DELETE /contexts/{id}, POST
+// /contexts/{id}/restart, and the code port's GET /health. It uses only
+// the engine's exported API, and is the only place where engine errors
+// become HTTP statuses (writeErr).
+package codehttp
 
 import (
 	"bytes"
@@ -12,41 +19,39 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/coder/quartz"
+
+	"github.com/envd-dev/envd/internal/interpreter"
 	"github.com/envd-dev/envd/internal/server"
 )
 
-// HTTP serves E2B's code-interpreter API (shared/contracts/
-// code-interpreter-http.md) on top of an Engine: POST /execute streaming
-// NDJSON, GET/POST /contexts, DELETE /contexts/{id}, POST
-// /contexts/{id}/restart, and the code port's GET /health. It is the only
-// place where engine errors become HTTP statuses.
-type HTTP struct {
-	eng       *Engine // nil: code execution is off
+// API serves E2B's code-interpreter HTTP API on top of an Engine.
+type API struct {
+	eng       *interpreter.Engine // nil: code execution is off
 	log       *slog.Logger
 	keepalive time.Duration
 	readyWait time.Duration
+	clock     quartz.Clock
 }
 
-// HTTPOptions configures NewHTTP. Zero values are the defaults.
-type HTTPOptions struct {
+// Options configures New. Zero values are the defaults.
+type Options struct {
 	// Logger. Zero: slog.Default().
 	Logger *slog.Logger
 	// Keepalive is the silence after which /execute writes a keepalive
 	// line. Zero: 5 s, as E2B's server.
 	Keepalive time.Duration
 	// ReadyWait bounds how long a request waits for Jupyter (or a
-	// language's first kernel) before answering 503. Zero: 50 s (the SDKs
-	// give up on headers after 60 s).
+	// language's first kernel) before answering 503. Zero:
+	// interpreter.ReadyWait.
 	ReadyWait time.Duration
+	// Clock drives the keepalives. Zero: the real clock.
+	Clock quartz.Clock
 }
 
-// defaultReadyWait bounds how long a request of either adapter waits for
-// Jupyter by default: under the 60 s the SDKs wait for response headers.
-const defaultReadyWait = 50 * time.Second
-
-// NewHTTP returns the API over eng; a nil eng answers 503 everywhere
-// (envd runs with -no-jupyter).
-func NewHTTP(eng *Engine, opts HTTPOptions) *HTTP {
+// New returns the API over eng; a nil eng answers 503 everywhere (envd
+// runs with -no-jupyter).
+func New(eng *interpreter.Engine, opts Options) *API {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -54,14 +59,17 @@ func NewHTTP(eng *Engine, opts HTTPOptions) *HTTP {
 		opts.Keepalive = 5 * time.Second
 	}
 	if opts.ReadyWait <= 0 {
-		opts.ReadyWait = defaultReadyWait
+		opts.ReadyWait = interpreter.ReadyWait
 	}
-	return &HTTP{eng: eng, log: opts.Logger, keepalive: opts.Keepalive, readyWait: opts.ReadyWait}
+	if opts.Clock == nil {
+		opts.Clock = quartz.NewReal()
+	}
+	return &API{eng: eng, log: opts.Logger, keepalive: opts.Keepalive, readyWait: opts.ReadyWait, clock: opts.Clock}
 }
 
 // Routes returns the API's routes, GET /health excepted: on envd's main
 // port /health stays envd's own.
-func (h *HTTP) Routes() []server.Route {
+func (h *API) Routes() []server.Route {
 	return []server.Route{
 		{Pattern: "POST /execute", Handler: h.withEngine(h.execute)},
 		{Pattern: "GET /contexts", Handler: h.withEngine(h.listContexts)},
@@ -72,10 +80,10 @@ func (h *HTTP) Routes() []server.Route {
 }
 
 // withEngine answers 503 in place of fn when code execution is off.
-func (h *HTTP) withEngine(fn http.HandlerFunc) http.Handler {
+func (h *API) withEngine(fn http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h.eng == nil {
-			writeText(w, http.StatusServiceUnavailable, disabledMsg)
+			writeText(w, http.StatusServiceUnavailable, interpreter.DisabledMessage)
 			return
 		}
 		fn(w, r)
@@ -84,17 +92,14 @@ func (h *HTTP) withEngine(fn http.HandlerFunc) http.Handler {
 
 // HealthRoute is the code port's GET /health: 200 with the JSON string
 // "OK" once code can run, 503 with the reason before.
-func (h *HTTP) HealthRoute() server.Route {
+func (h *API) HealthRoute() server.Route {
 	return server.Route{Pattern: "GET /health", Handler: http.HandlerFunc(h.health), Public: true}
 }
 
-// disabledMsg is the answer of every route when code execution is off.
-const disabledMsg = "code execution is off: envd was started with -no-jupyter"
-
-func (h *HTTP) health(w http.ResponseWriter, r *http.Request) {
+func (h *API) health(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	if h.eng == nil {
-		writeText(w, http.StatusServiceUnavailable, disabledMsg)
+		writeText(w, http.StatusServiceUnavailable, interpreter.DisabledMessage)
 		return
 	}
 	if err := h.eng.Health(); err != nil {
@@ -109,12 +114,12 @@ func (h *HTTP) health(w http.ResponseWriter, r *http.Request) {
 // maxBody bounds request bodies (code included).
 const maxBody = 64 << 20
 
-func (h *HTTP) execute(w http.ResponseWriter, r *http.Request) {
+func (h *API) execute(w http.ResponseWriter, r *http.Request) {
 	fields, ok := readObject(w, r)
 	if !ok {
 		return
 	}
-	var req ExecuteRequest
+	var req interpreter.ExecuteRequest
 	var problems []fieldError
 	code, present, p := stringField(fields, "code")
 	if string(fields["code"]) == "null" {
@@ -151,7 +156,7 @@ func (h *HTTP) execute(w http.ResponseWriter, r *http.Request) {
 
 // stream writes the execution's events as NDJSON lines until its end, or
 // until the client goes away, which interrupts the execution.
-func (h *HTTP) stream(w http.ResponseWriter, r *http.Request, x *Execution, rd *Reader) {
+func (h *API) stream(w http.ResponseWriter, r *http.Request, x *interpreter.Execution, rd *interpreter.Reader) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
@@ -160,7 +165,7 @@ func (h *HTTP) stream(w http.ResponseWriter, r *http.Request, x *Execution, rd *
 		x.Interrupt()
 		return
 	}
-	keepalive := time.NewTimer(h.keepalive)
+	keepalive := h.clock.NewTimer(h.keepalive, "keepalive")
 	defer keepalive.Stop()
 	var buf []byte
 	for {
@@ -170,7 +175,7 @@ func (h *HTTP) stream(w http.ResponseWriter, r *http.Request, x *Execution, rd *
 			ended := false
 			for _, ev := range evs {
 				buf = appendEvent(buf, ev)
-				if ev.Kind == EventEnd {
+				if ev.Kind == interpreter.EventEnd {
 					ended = true
 					buf = append(buf, `{"type": "end_of_execution"}`+"\n"...)
 					break
@@ -183,7 +188,7 @@ func (h *HTTP) stream(w http.ResponseWriter, r *http.Request, x *Execution, rd *
 			if ended {
 				return
 			}
-			keepalive.Reset(h.keepalive)
+			keepalive.Reset(h.keepalive, "keepalive")
 			continue
 		}
 		if err != nil {
@@ -197,7 +202,7 @@ func (h *HTTP) stream(w http.ResponseWriter, r *http.Request, x *Execution, rd *
 				x.Interrupt()
 				return
 			}
-			keepalive.Reset(h.keepalive)
+			keepalive.Reset(h.keepalive, "keepalive")
 		case <-r.Context().Done():
 			x.Interrupt()
 			return
@@ -205,11 +210,11 @@ func (h *HTTP) stream(w http.ResponseWriter, r *http.Request, x *Execution, rd *
 	}
 }
 
-func (h *HTTP) listContexts(w http.ResponseWriter, r *http.Request) {
+func (h *API) listContexts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, h.eng.Contexts())
 }
 
-func (h *HTTP) createContext(w http.ResponseWriter, r *http.Request) {
+func (h *API) createContext(w http.ResponseWriter, r *http.Request) {
 	fields, ok := readObject(w, r)
 	if !ok {
 		return
@@ -230,7 +235,7 @@ func (h *HTTP) createContext(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, c.Info())
 }
 
-func (h *HTTP) removeContext(w http.ResponseWriter, r *http.Request) {
+func (h *API) removeContext(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := h.eng.RemoveContext(r.Context(), id); err != nil {
 		h.writeErr(w, err, id, "Failed to remove context "+id)
@@ -239,25 +244,27 @@ func (h *HTTP) removeContext(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, nil)
 }
 
-func (h *HTTP) restartContext(w http.ResponseWriter, r *http.Request) {
+func (h *API) restartContext(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := h.eng.RestartContext(r.Context(), id); err != nil {
+	if _, err := h.eng.RestartContext(r.Context(), id); err != nil {
 		h.writeErr(w, err, id, "Failed to restart context "+id)
 		return
 	}
 	writeJSON(w, http.StatusOK, nil)
 }
 
-// writeErr maps engine errors to statuses (text bodies, as E2B's server).
-func (h *HTTP) writeErr(w http.ResponseWriter, err error, id, what string) {
+// writeErr maps engine errors to statuses (text bodies, as E2B's server),
+// in this one place.
+func (h *API) writeErr(w http.ResponseWriter, err error, id, what string) {
 	switch {
-	case errors.Is(err, ErrContextNotFound):
+	case errors.Is(err, interpreter.ErrContextNotFound):
 		writeText(w, http.StatusNotFound, "Context "+id+" not found")
-	case errors.Is(err, ErrContextAndLanguage):
+	case errors.Is(err, interpreter.ErrContextAndLanguage):
 		writeText(w, http.StatusBadRequest, "Only one of context_id or language can be provided")
-	case errors.Is(err, ErrUnsupportedLanguage), errors.Is(err, ErrBadCwd), errors.Is(err, ErrBadEnv):
+	case errors.Is(err, interpreter.ErrUnsupportedLanguage), errors.Is(err, interpreter.ErrBadCwd),
+		errors.Is(err, interpreter.ErrBadEnv):
 		writeText(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, ErrNotReady), errors.Is(err, ErrClosed):
+	case errors.Is(err, interpreter.ErrNotReady), errors.Is(err, interpreter.ErrClosed):
 		writeText(w, http.StatusServiceUnavailable, err.Error())
 	default:
 		h.log.Warn("code request failed", "op", what, "error", err)

@@ -1,0 +1,98 @@
+package interpreter
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Phases of creating a context, in order; each is logged with its
+// duration, and a caller that stops waiting is told which one it gave up
+// in.
+const (
+	phaseServer  = "wait for the Jupyter server"
+	phaseSpecs   = "list kernel specs"
+	phaseStart   = "start kernel"
+	phaseConnect = "connect to the kernel's channels"
+	phaseSetup   = "set up kernel (working directory, sandbox env vars)"
+)
+
+// creation is one creation of a context, going through the phases above.
+// A nil *creation records nothing (a kernel replaced on use).
+type creation struct {
+	e     *Engine
+	lang  string
+	began time.Time
+	done  chan struct{} // closed when a language default's creation ended
+
+	mu    sync.Mutex
+	phase string    // guarded by mu
+	since time.Time // guarded by mu; when phase began
+}
+
+func (e *Engine) newCreation(lang string) *creation {
+	now := e.clock.Now()
+	return &creation{e: e, lang: lang, began: now, done: make(chan struct{}), phase: phaseServer, since: now}
+}
+
+// enter ends the current phase (logging its duration) and begins phase.
+func (cr *creation) enter(phase string) {
+	if cr == nil {
+		return
+	}
+	now := cr.e.clock.Now()
+	cr.mu.Lock()
+	prev, since := cr.phase, cr.since
+	if prev == phase {
+		cr.mu.Unlock()
+		return
+	}
+	cr.phase, cr.since = phase, now
+	cr.mu.Unlock()
+	if prev != "" {
+		cr.e.log.Info("context creation phase done", "language", cr.lang, "phase", prev, "duration", now.Sub(since))
+	}
+}
+
+// finish logs the last phase, and the failure if err is not nil.
+func (cr *creation) finish(err error) {
+	if cr == nil {
+		return
+	}
+	now := cr.e.clock.Now()
+	cr.mu.Lock()
+	phase, since := cr.phase, cr.since
+	cr.mu.Unlock()
+	if errors.Is(err, ErrClosed) {
+		return
+	}
+	if err != nil {
+		cr.e.log.Warn("context creation failed", "language", cr.lang, "phase", phase,
+			"phase_duration", now.Sub(since), "duration", now.Sub(cr.began), "error", err)
+		return
+	}
+	cr.e.log.Info("context creation phase done", "language", cr.lang, "phase", phase, "duration", now.Sub(since))
+}
+
+// notReady is the answer to a caller whose wait for the creation ended
+// (cause), naming the phase the creation is in.
+func (cr *creation) notReady(cause error) error {
+	now := cr.e.clock.Now()
+	cr.mu.Lock()
+	phase, since := cr.phase, cr.since
+	cr.mu.Unlock()
+	detail := ""
+	if phase == phaseServer {
+		detail = fmt.Sprintf(" (the Jupyter server is %s)", cr.e.sup.Status().State)
+	}
+	return newErr(ErrNotReady, cause, "%s: the %s context is still being created: phase %q%s has taken %s (%s in all)",
+		ErrNotReady.Error(), cr.lang, phase, detail, round(now.Sub(since)), round(now.Sub(cr.began)))
+}
+
+func round(d time.Duration) time.Duration {
+	if d > time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
+}
