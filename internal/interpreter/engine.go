@@ -43,8 +43,6 @@ type Options struct {
 	// reads nothing before it leaves it behind (its next Read reports the
 	// loss). Zero: 2 s.
 	ReaderGrace time.Duration
-	// Clock measures ReaderGrace. Zero: the real clock.
-	Clock quartz.Clock
 	// InterruptGrace is how long interrupted code may take to stop before
 	// its kernel is restarted, as a last resort (Deno ignores interrupts; so
 	// does Python code that catches KeyboardInterrupt). Zero: 5 s: a loaded
@@ -58,8 +56,9 @@ type Options struct {
 	// DrainGrace is how long Shutdown waits, once every execution's end is
 	// published, for the readers following them to read it. Zero: 2 s.
 	DrainGrace time.Duration
-	// Clock drives the engine's timers (interrupt grace and resend, drain
-	// grace, timeouts, keeping finished executions). Zero: the real clock.
+	// Clock drives the engine's timers (reader grace, interrupt grace and
+	// resend, drain grace, timeouts, keeping finished executions). Zero: the
+	// real clock.
 	Clock quartz.Clock
 	// KeepFinished is how long a finished execution stays findable by id.
 	// Zero: 1 min. At most maxFinished are kept.
@@ -138,9 +137,6 @@ func New(opts Options) *Engine {
 	}
 	if opts.DrainGrace <= 0 {
 		opts.DrainGrace = 2 * time.Second
-	}
-	if opts.Clock == nil {
-		opts.Clock = quartz.NewReal()
 	}
 	if opts.KeepFinished <= 0 {
 		opts.KeepFinished = time.Minute

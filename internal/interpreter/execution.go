@@ -134,23 +134,7 @@ func (x *Execution) FollowFrom(seq uint64) (*Reader, error) {
 // drained waits until no Reader follows the execution any more (each was
 // closed, or left behind as too slow), or ctx ends; it reports which.
 func (x *Execution) drained(ctx context.Context) bool {
-	for {
-		x.flowMu.Lock()
-		if len(x.readers) == 0 {
-			x.flowMu.Unlock()
-			return true
-		}
-		if x.flowWake == nil {
-			x.flowWake = make(chan struct{})
-		}
-		wake := x.flowWake
-		x.flowMu.Unlock()
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return false
-		}
-	}
+	return x.log.Unfollowed(ctx)
 }
 
 // Done is closed once the execution ended and its end event is stored.

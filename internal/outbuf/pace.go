@@ -261,3 +261,26 @@ func (l *Log) behindLocked(r *Reader, n int) bool {
 	recs := len(l.recs) - l.head - l.firstLocked(r.cur.off)
 	return unread+int64(n) > int64(l.capacity/2) || recs+1 > l.maxRecords/2
 }
+
+// Unfollowed waits until no Reader follows l any more (each was closed, or
+// left behind as too slow), or ctx ends; it reports which. A daemon shutting
+// down uses it to let streams deliver what the log ends with.
+func (l *Log) Unfollowed(ctx context.Context) bool {
+	for {
+		l.mu.Lock()
+		if len(l.followers) == 0 {
+			l.mu.Unlock()
+			return true
+		}
+		if l.room == nil {
+			l.room = make(chan struct{})
+		}
+		wake := l.room // closed when a follower reads or leaves
+		l.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}

@@ -424,3 +424,31 @@ func TestPacedMemoryBound(t *testing.T) {
 		t.Errorf("heap grew by %d MiB writing %d MiB through a %d MiB log", grew>>20, total>>20, capacity>>20)
 	}
 }
+
+// TestUnfollowed: Unfollowed returns once every follower has closed, and
+// reports a context that ends first.
+func TestUnfollowed(t *testing.T) {
+	t.Parallel()
+	l := outbuf.New(1 << 10)
+	if !l.Unfollowed(t.Context()) {
+		t.Fatal("a log nobody follows is not unfollowed")
+	}
+	a, b := l.Follow(outbuf.Oldest), l.Follow(outbuf.Oldest)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if l.Unfollowed(ctx) {
+		t.Fatal("Unfollowed returned true while two readers follow")
+	}
+	done := make(chan bool, 1)
+	go func() { done <- l.Unfollowed(t.Context()) }()
+	a.Close()
+	select {
+	case <-done:
+		t.Fatal("Unfollowed returned while a reader still follows")
+	default:
+	}
+	b.Close()
+	if !<-done {
+		t.Fatal("Unfollowed = false after both readers closed")
+	}
+}
