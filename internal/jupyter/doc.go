@@ -6,7 +6,13 @@
 // the server's WebSocket, on which Execute returns an Execution that
 // delivers the request's messages in order and ends only when both the
 // execute_reply and the iopub idle have arrived, or with a typed error when
-// the kernel dies, restarts or the connection drops.
+// the kernel dies, restarts, finishes without replying, stops answering
+// probes, or the connection drops.
+//
+// Memory is bounded whatever a kernel prints: frames are decoded as a
+// stream (a big print arrives in pieces, other oversized messages are cut
+// with a marker; see MaxMessageBytes), and each Execution queues a bounded
+// amount of output for its reader (see Execution).
 //
 // Typical use by the layer above:
 //
@@ -26,7 +32,8 @@
 // Jupyter Server 1.23 (Debian bookworm) quirks this package absorbs are
 // described in shared/notes/runtime.md §7: the ~40 ms Nagle delay, iopub
 // messages lost right after a restart, kernels outside the server's process
-// group, 500s that mean "not found", the 1 GiB frames of big outputs.
+// group, 500s that mean "not found", single frames of any size for big
+// outputs.
 //
 // This is a domain package: it uses net/http only as a client and knows
 // nothing of Connect or of the HTTP API above it.

@@ -27,6 +27,14 @@ var (
 	// exited (and the supervisor started a new one). Every kernel of the old
 	// server is gone; get a new client from Supervisor.Client.
 	ErrServerRestarted = errors.New("jupyter: server restarted, all kernels are gone")
+	// ErrNoReply: the kernel finished an execute_request without sending
+	// its execute_reply (ipykernel does so when the code closed
+	// sys.stdout). The outcome is unknown; the kernel may be unusable.
+	ErrNoReply = errors.New("jupyter: kernel finished the request without replying")
+	// ErrKernelUnresponsive: the kernel stopped answering while running a
+	// request (see KernelOptions.ProbeAfter): it is hung or stopped.
+	// Interrupt or restart it.
+	ErrKernelUnresponsive = errors.New("jupyter: kernel stopped answering")
 	// ErrClosed: the Kernel connection was closed with Close.
 	ErrClosed = errors.New("jupyter: kernel connection closed")
 	// ErrStopped: the supervisor was stopped.

@@ -2,10 +2,14 @@ package jupyter
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/coder/quartz"
 )
 
 // Execution is one execute_request in flight. Its messages (every message
@@ -19,11 +23,17 @@ import (
 // channels are not ordered, and the reply can come a second before the last
 // output. It ends early with ErrKernelRestarted, ErrKernelDied,
 // ErrConnectionLost, ErrServerRestarted or ErrClosed if the kernel or the
-// connection goes away; outputs queued before that remain readable.
+// connection goes away, with ErrNoReply if the kernel finished the request
+// without replying, and with ErrKernelUnresponsive if it stopped answering
+// (see KernelOptions.ProbeAfter); outputs queued before that remain
+// readable.
 //
-// The queue is not bounded: the reader goroutine must never block on a
-// consumer, so the consumer is expected to drain promptly (into a bounded
-// log of its own).
+// The queue is bounded: output messages (stream, display_data, error...)
+// are queued up to KernelOptions.MaxQueuedBytes. Beyond that the kernel's
+// reader waits for Next up to KernelOptions.ReaderGrace, then drops output
+// until the queue is half empty again, leaving in its place one stderr
+// stream message that says how much was dropped (Message.Dropped).
+// status, execute_input, execute_reply and input_request are never dropped.
 type Execution struct {
 	// ID is the execute_request's msg_id.
 	ID string
@@ -31,26 +41,42 @@ type Execution struct {
 	k     *Kernel
 	grace time.Duration
 
-	notify chan struct{} // capacity 1: "the queue or the state changed"
-	done   chan struct{} // closed when the execution ends
+	notify   chan struct{} // capacity 1: "the queue or the state changed"
+	done     chan struct{} // closed when the execution ends
+	drained  chan struct{} // capacity 1: Next took a message
+	activity chan struct{} // capacity 1: a message arrived (for watch)
 
 	mu         sync.Mutex
-	queue      []*Message  // guarded by mu; unread messages are queue[head:]
-	head       int         // guarded by mu
-	reply      *Message    // guarded by mu
-	idle       bool        // guarded by mu
-	graceTimer *time.Timer // guarded by mu; non-nil while in the post-idle grace
-	ended      bool        // guarded by mu
-	err        error       // guarded by mu
+	queue      []queued      // guarded by mu; unread messages are queue[head:]
+	head       int           // guarded by mu
+	outBytes   int           // guarded by mu; size of the queued output messages
+	allBytes   int           // guarded by mu; size of every queued message
+	dropping   bool          // guarded by mu; output is dropped until outBytes <= half the cap
+	reply      *Message      // guarded by mu
+	idle       bool          // guarded by mu
+	lastMsg    time.Time     // guarded by mu; when the last message arrived (or the request was sent)
+	graceTimer *quartz.Timer // guarded by mu; non-nil while in the post-idle grace
+	ended      bool          // guarded by mu
+	err        error         // guarded by mu
+}
+
+// queued is a message in an Execution's queue.
+type queued struct {
+	m      *Message
+	size   int
+	output bool // counted in outBytes; may be dropped
+	marker bool // a drop marker, still updatable
 }
 
 func newExecution(k *Kernel, id string, grace time.Duration) *Execution {
 	return &Execution{
-		ID:     id,
-		k:      k,
-		grace:  grace,
-		notify: make(chan struct{}, 1),
-		done:   make(chan struct{}),
+		ID:       id,
+		k:        k,
+		grace:    grace,
+		notify:   make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		drained:  make(chan struct{}, 1),
+		activity: make(chan struct{}, 1),
 	}
 }
 
@@ -62,14 +88,22 @@ func (e *Execution) Next(ctx context.Context) (*Message, error) {
 	for {
 		e.mu.Lock()
 		if e.head < len(e.queue) {
-			m := e.queue[e.head]
-			e.queue[e.head] = nil
+			q := e.queue[e.head]
+			e.queue[e.head] = queued{}
 			e.head++
 			if e.head == len(e.queue) { // drained: reuse the backing array
 				e.queue, e.head = e.queue[:0], 0
 			}
+			e.allBytes -= q.size
+			if q.output {
+				e.outBytes -= q.size
+			}
+			if e.dropping && e.outBytes <= e.k.opts.MaxQueuedBytes/2 {
+				e.dropping = false
+			}
 			e.mu.Unlock()
-			return m, nil
+			signal(e.drained)
+			return q.m, nil
 		}
 		if e.ended {
 			err := e.err
@@ -117,16 +151,83 @@ func (e *Execution) Reply() *Message {
 	return e.reply
 }
 
+// isControl tells the messages that are never dropped: they drive the
+// execution (its state, its end, a kernel waiting for input), and a kernel
+// sends one or two of each per request.
+func isControl(m *Message) bool {
+	switch m.Type() {
+	case "status", "execute_input", "execute_reply", "input_request":
+		return true
+	}
+	return false
+}
+
+// size is what a message costs in the queue, roughly.
+func (m *Message) size() int {
+	n := 512 + len(m.Content) + len(m.Metadata)
+	for _, b := range m.Buffers {
+		n += len(b)
+	}
+	return n
+}
+
+// deliver queues m. It is called by the kernel's reader, which it may keep
+// waiting up to ReaderGrace when the queue is full.
 func (e *Execution) deliver(m *Message) {
+	defer signal(e.activity)
+	size := m.size()
+	limit := e.k.opts.MaxQueuedBytes
+	now := e.k.clock.Now()
 	e.mu.Lock()
 	if e.ended {
 		e.mu.Unlock()
 		return
 	}
-	e.queue = append(e.queue, m)
+	e.lastMsg = now
+	if isControl(m) {
+		// Never dropped, but bounded all the same: a kernel could forge
+		// them. Beyond twice the cap only the ones that matter are kept.
+		first := (m.Type() == "execute_reply" && e.reply == nil) || (m.Type() == "status" && !e.idle)
+		if e.allBytes+size > 2*limit && !first && m.Type() != "input_request" {
+			e.dropLocked(m, size)
+			e.mu.Unlock()
+			e.wake()
+			return
+		}
+	} else {
+		waited := false
+		for !e.ended && !e.dropping && e.outBytes > 0 && e.outBytes+size > limit {
+			if waited {
+				e.dropping = true
+				e.k.log.Warn("execution reader fell behind; dropping kernel output", "msg_id", e.ID,
+					"queued_bytes", e.outBytes, "grace", e.k.opts.ReaderGrace)
+				break
+			}
+			e.mu.Unlock()
+			waited = !e.waitDrained()
+			e.mu.Lock()
+		}
+		if e.ended {
+			e.mu.Unlock()
+			return
+		}
+		if e.dropping {
+			e.dropLocked(m, size)
+			e.mu.Unlock()
+			e.wake()
+			return
+		}
+	}
+	e.queue = append(e.queue, queued{m: m, size: size, output: !isControl(m)})
+	e.allBytes += size
+	if !isControl(m) {
+		e.outBytes += size
+	}
 	switch {
 	case m.Channel == ChannelShell && m.Type() == "execute_reply":
-		e.reply = m
+		if e.reply == nil {
+			e.reply = m
+		}
 	case m.Channel == ChannelIOPub && m.Type() == "status":
 		var st StatusContent
 		if m.DecodeContent(&st) == nil && st.ExecutionState == "idle" {
@@ -137,7 +238,7 @@ func (e *Execution) deliver(m *Message) {
 	if complete && e.grace > 0 {
 		// Stay registered a little longer: some kernels (Deno) publish
 		// outputs after idle.
-		e.graceTimer = time.AfterFunc(e.grace, func() { e.end(nil) })
+		e.graceTimer = e.k.clock.AfterFunc(e.grace, func() { e.end(nil) }, "jupyter", "post-idle")
 		complete = false
 	}
 	e.mu.Unlock()
@@ -145,6 +246,68 @@ func (e *Execution) deliver(m *Message) {
 	if complete {
 		e.end(nil)
 	}
+}
+
+// waitDrained waits until Next takes a message, for at most ReaderGrace.
+// It reports whether the reader made progress (or the wait is moot).
+func (e *Execution) waitDrained() bool {
+	t := e.k.clock.NewTimer(e.k.opts.ReaderGrace, "jupyter", tagReaderGrace)
+	defer t.Stop()
+	select {
+	case <-e.drained:
+		return true
+	case <-e.done:
+		return true
+	case <-e.k.ctx.Done():
+		return true
+	case <-t.C:
+		// One last look: the reader may have taken a message just now.
+		select {
+		case <-e.drained:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// dropLocked counts m as dropped in the marker at the queue's tail,
+// adding one if needed.
+func (e *Execution) dropLocked(m *Message, size int) {
+	n := int64(size - 512)
+	var s StreamContent
+	if m.Type() == "stream" && m.DecodeContent(&s) == nil {
+		n = int64(len(s.Text))
+	}
+	n = max(n, 0) + m.Dropped
+	if len(e.queue) > e.head && e.queue[len(e.queue)-1].marker {
+		q := &e.queue[len(e.queue)-1]
+		q.m.Dropped += n
+		q.m.Content = markerContent(q.m.Dropped, e.k.opts.MaxQueuedBytes)
+		return
+	}
+	mk := &Message{
+		Channel: ChannelIOPub,
+		Header: Header{
+			MsgID:    newID(),
+			MsgType:  "stream",
+			Session:  e.k.session,
+			Username: "envd",
+			Date:     e.k.clock.Now().UTC().Format("2006-01-02T15:04:05.000000Z"),
+			Version:  protocolVersion,
+		},
+		ParentHeader: Header{MsgID: e.ID, MsgType: "execute_request"},
+		Content:      markerContent(n, e.k.opts.MaxQueuedBytes),
+		Dropped:      n,
+	}
+	e.queue = append(e.queue, queued{m: mk, size: mk.size(), marker: true})
+	e.allBytes += mk.size()
+}
+
+func markerContent(n int64, limit int) json.RawMessage {
+	c, _ := json.Marshal(StreamContent{Name: "stderr", Text: fmt.Sprintf(
+		"\n[envd: %d bytes of output dropped: the reader fell more than %d MiB behind]\n", n, limit>>20)})
+	return c
 }
 
 func (e *Execution) fail(err error) {
@@ -173,9 +336,12 @@ func (e *Execution) end(err error) {
 	e.wake()
 }
 
-func (e *Execution) wake() {
+func (e *Execution) wake() { signal(e.notify) }
+
+// signal does a non-blocking send on a channel of capacity 1.
+func signal(c chan struct{}) {
 	select {
-	case e.notify <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }

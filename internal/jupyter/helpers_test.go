@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/envd-dev/envd/internal/jupyter"
 )
 
@@ -187,24 +189,34 @@ func alive(pid int) bool {
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
-// waitGone waits until none of pids is alive.
+// waitGone waits until none of pids is alive, up to d. It waits on a
+// pidfd, which becomes readable when the process exits, child or not.
 func waitGone(t testing.TB, d time.Duration, pids ...int) {
 	t.Helper()
 	deadline := time.Now().Add(d)
-	for {
-		var left []int
-		for _, p := range pids {
-			if alive(p) {
-				left = append(left, p)
+	for _, p := range pids {
+		fd, err := unix.PidfdOpen(p, 0)
+		if errors.Is(err, unix.ESRCH) {
+			continue // already reaped
+		}
+		if err != nil {
+			t.Fatalf("pidfd_open %d: %v", p, err)
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			n, err := unix.Poll(fds, int(max(time.Until(deadline).Milliseconds(), 0)))
+			if errors.Is(err, unix.EINTR) {
+				continue
 			}
+			unix.Close(fd)
+			if err != nil {
+				t.Fatalf("poll pidfd %d: %v", p, err)
+			}
+			if n == 0 && alive(p) {
+				t.Fatalf("process %d still alive after %s", p, d)
+			}
+			break
 		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes still alive after %s: %v", d, left)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

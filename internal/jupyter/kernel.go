@@ -7,15 +7,12 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/coder/quartz"
 	"github.com/coder/websocket"
 )
-
-// readLimit is the largest kernel message we accept. A 50 MB print or a
-// 9 MB plotly figure arrives as a single frame; coder/websocket's default
-// (32 KiB) would fail them.
-const readLimit = 1 << 30
 
 // writeTimeout bounds one frame write. Writes use the kernel's own context
 // rather than the caller's: coder/websocket closes the connection when a
@@ -34,6 +31,30 @@ type KernelOptions struct {
 	// NudgeInterval is how often kernel_info_request is resent while
 	// waiting for a restarted kernel's iopub to come back. Zero: 250 ms.
 	NudgeInterval time.Duration
+	// MaxQueuedBytes bounds the output queued in one Execution for its
+	// reader (see Execution). Zero: 32 MiB.
+	MaxQueuedBytes int
+	// ReaderGrace is how long the kernel's reader waits for an Execution's
+	// reader to make room in a full queue before dropping output. Other
+	// requests on the kernel wait meanwhile. Zero: 1 s.
+	ReaderGrace time.Duration
+	// ProbeAfter is how long an execution may go without a message before
+	// the kernel is probed: a kernel_info_request on shell, which a kernel
+	// answers only after our request (an answer without our reply means
+	// the request ended without one: ErrNoReply), and one on control,
+	// which a kernel that answers control while busy (ipykernel, Deno: not
+	// IRkernel) must answer within ProbeTimeout (else ErrKernelUnresponsive).
+	// Code may run as long as it likes while the kernel answers. Zero: 10 s.
+	ProbeAfter time.Duration
+	// ProbeTimeout: see ProbeAfter. ipykernel answers control from its own
+	// thread, which needs the GIL: code holding it longer (one huge C call,
+	// e.g. sorting a billion items) counts as unresponsive. Zero: 2 min.
+	ProbeTimeout time.Duration
+	// ReplyGrace is how long an execution whose iopub went idle waits for
+	// its execute_reply before it ends with ErrNoReply. Zero: 5 s.
+	ReplyGrace time.Duration
+	// Clock drives every wait above. Zero: the real clock.
+	Clock quartz.Clock
 	// Logger receives debug logs. Zero: the client's logger.
 	Logger *slog.Logger
 }
@@ -54,21 +75,29 @@ type Kernel struct {
 	opts    KernelOptions
 	log     *slog.Logger
 
+	clock  quartz.Clock
 	ctx    context.Context // cancelled by Close; bounds reads and writes
 	cancel context.CancelFunc
+
+	watchers sync.WaitGroup // Execution.watch goroutines
+	// controlWhileBusy is set once the kernel answered a control probe
+	// while an execution was running: from then on a kernel that does not
+	// answer one is unresponsive.
+	controlWhileBusy atomic.Bool
 
 	// connSem serialises (re)connecting and nudging. A channel rather than
 	// a mutex so that waiting honours the caller's context.
 	connSem chan struct{}
 	readers sync.WaitGroup
 
-	mu        sync.Mutex
-	conn      *websocket.Conn    // guarded by mu; nil while disconnected
-	pending   map[string]request // by msg_id; guarded by mu
-	needNudge bool               // guarded by mu
-	restarts  int                // guarded by mu
-	goneErr   error              // guarded by mu; set once the kernel is unusable
-	changed   chan struct{}      // closed and replaced on any status change; guarded by mu
+	mu         sync.Mutex
+	conn       *websocket.Conn    // guarded by mu; nil while disconnected
+	pending    map[string]request // by msg_id; guarded by mu
+	readerDone chan struct{}      // closed when conn's reader exits; guarded by mu
+	needNudge  bool               // guarded by mu
+	restarts   int                // guarded by mu
+	goneErr    error              // guarded by mu; set once the kernel is unusable
+	changed    chan struct{}      // closed and replaced on any status change; guarded by mu
 }
 
 // request is an in-flight request waiting for messages whose parent is its
@@ -85,6 +114,24 @@ func (c *Client) Connect(ctx context.Context, kernelID string, opts KernelOption
 	if opts.NudgeInterval <= 0 {
 		opts.NudgeInterval = 250 * time.Millisecond
 	}
+	if opts.MaxQueuedBytes <= 0 {
+		opts.MaxQueuedBytes = 32 << 20
+	}
+	if opts.ReaderGrace <= 0 {
+		opts.ReaderGrace = time.Second
+	}
+	if opts.ProbeAfter <= 0 {
+		opts.ProbeAfter = 10 * time.Second
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = 2 * time.Minute
+	}
+	if opts.ReplyGrace <= 0 {
+		opts.ReplyGrace = 5 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = quartz.NewReal()
+	}
 	log := opts.Logger
 	if log == nil {
 		log = c.log
@@ -96,6 +143,7 @@ func (c *Client) Connect(ctx context.Context, kernelID string, opts KernelOption
 		session: newID(),
 		opts:    opts,
 		log:     log.With("kernel_id", kernelID),
+		clock:   opts.Clock,
 		ctx:     kctx,
 		cancel:  cancel,
 		connSem: make(chan struct{}, 1),
@@ -173,9 +221,15 @@ func (k *Kernel) Execute(ctx context.Context, code string, opts ExecuteOptions) 
 		return nil, err
 	}
 	e := newExecution(k, msg.Header.MsgID, k.opts.PostIdleGrace)
+	e.lastMsg = k.clock.Now()
 	if err := k.send(ctx, msg, e); err != nil {
 		return nil, err
 	}
+	// Created here rather than in watch, so that a test's clock knows of
+	// it when Execute returns.
+	silence := k.clock.NewTimer(k.opts.ProbeAfter, "jupyter", tagSilence)
+	k.watchers.Add(1)
+	go e.watch(silence)
 	return e, nil
 }
 
@@ -276,6 +330,7 @@ func (k *Kernel) Close() error {
 	}
 	k.cancel()
 	k.readers.Wait()
+	k.watchers.Wait()
 	return nil
 }
 
@@ -466,36 +521,39 @@ func (k *Kernel) dial(ctx context.Context) (*websocket.Conn, error) {
 		}
 		return nil, fmt.Errorf("jupyter: connect kernel %s: %w", k.id, err)
 	}
-	conn.SetReadLimit(readLimit)
+	// A 50 MB print or a 9 MB plotly figure arrives as a single frame;
+	// readFrame bounds what is kept of one, so the WebSocket need not.
+	conn.SetReadLimit(-1)
 	return conn, nil
 }
 
 func (k *Kernel) startReader(conn *websocket.Conn) {
+	done := make(chan struct{})
+	k.mu.Lock()
+	if k.conn == conn {
+		k.readerDone = done
+	}
+	k.mu.Unlock()
 	k.readers.Add(1)
-	go k.readLoop(conn)
+	go k.readLoop(conn, done)
 }
 
-// readLoop is the connection's only reader. It never blocks on consumers:
-// delivering a message only appends it to the request's queue.
-func (k *Kernel) readLoop(conn *websocket.Conn) {
+// readLoop is the connection's only reader. It blocks on a consumer only
+// for a bounded time (see Execution): delivering a message appends it to
+// the request's bounded queue.
+func (k *Kernel) readLoop(conn *websocket.Conn, done chan struct{}) {
 	defer k.readers.Done()
+	defer close(done)
+	emit := func(m *Message) { k.dispatch(conn, m) }
 	for {
-		typ, data, err := conn.Read(k.ctx)
+		typ, r, err := conn.Reader(k.ctx)
+		if err == nil {
+			err = k.readFrame(typ == websocket.MessageBinary, r, emit)
+		}
 		if err != nil {
 			k.connLost(conn, err)
 			return
 		}
-		var m *Message
-		if typ == websocket.MessageBinary {
-			m, err = decodeBinary(data)
-		} else {
-			m, err = decodeText(data)
-		}
-		if err != nil {
-			k.log.Debug("dropping undecodable kernel message", "error", err)
-			continue
-		}
-		k.dispatch(conn, m)
 	}
 }
 

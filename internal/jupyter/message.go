@@ -55,6 +55,12 @@ type Message struct {
 	Metadata     json.RawMessage
 	Content      json.RawMessage
 	Buffers      [][]byte
+	// Dropped counts the bytes of output envd did not deliver, where a
+	// marker in the text says so too: cut from this message's strings
+	// because the kernel sent more than MaxMessageBytes in one message,
+	// or, in the stream message an Execution inserts when its reader fell
+	// behind, the output left out at that point. Zero otherwise.
+	Dropped int64
 }
 
 // Type returns the message type (header.msg_type).

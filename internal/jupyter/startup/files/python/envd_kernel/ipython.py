@@ -6,6 +6,7 @@ load(ip) registers:
   application/json  dict/list -> JSON value (numpy-aware), stock formatter otherwise
   PIL patches       image.show() and image.save("path") display the image
   builtins          __envd_setenv / __envd_restoreenv (see envd_kernel.env)
+  stream close      sys.stdout/sys.stderr.close() do nothing (see _guard_streams)
 
 Formatters only look at pandas/matplotlib when the user already imported them
 (sys.modules), so kernel start stays fast.
@@ -127,6 +128,21 @@ def _restoreenv():
     return env.restoreenv()
 
 
+def _guard_streams():
+    """Make closing the kernel's sys.stdout/sys.stderr harmless.
+
+    ipykernel 6.17's OutStream.close() joins the thread that watches the
+    process's fd 1 or 2, and that thread sits in a read until something
+    writes there: `sys.stdout.close()` hangs the kernel for good (no
+    execute_reply, no idle, a shell that never answers again). The kernel
+    needs both streams anyway, so closing them does nothing.
+    """
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name, None)
+        if type(stream).__module__ == "ipykernel.iostream" and hasattr(stream, "watch_fd_thread"):
+            stream.close = lambda: None
+
+
 def load(ip):
     if ip is None:
         return
@@ -138,3 +154,4 @@ def load(ip):
     _patch_pil(ip)
     builtins.__dict__["__envd_setenv"] = _setenv
     builtins.__dict__["__envd_restoreenv"] = _restoreenv
+    _guard_streams()

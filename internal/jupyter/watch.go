@@ -1,0 +1,165 @@
+package jupyter
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/coder/quartz"
+)
+
+// Tags of the clock calls tests trap.
+const (
+	tagSilence      = "silence"       // NewTimer/Reset: an execution's quiet period
+	tagProbeTimeout = "probe-timeout" // NewTimer/Stop: waiting for a control probe's answer
+	tagReplyGrace   = "reply-grace"   // NewTimer: idle without reply
+	tagReaderGrace  = "reader-grace"  // NewTimer: a full queue waiting for its reader
+)
+
+// watch ends the execution when the kernel finished it without replying
+// or stopped answering; see KernelOptions.ProbeAfter. It runs from Execute
+// until the execution ends; silence was created by Execute.
+//
+// ipykernel 6.17 finishes a request without execute_reply or idle when the
+// code closed sys.stdout: the flush after the code raises, and the shell
+// handler dies there. The kernel still answers later requests, so a shell
+// kernel_info_request, which kernels handle strictly after the requests
+// before it (ipykernel, IRkernel and Deno alike), proves that ours is over.
+func (e *Execution) watch(silence *quartz.Timer) {
+	k := e.k
+	defer k.watchers.Done()
+	var (
+		shell, control       *replyWaiter
+		shellSent            bool
+		ids                  []string
+		deadline, replyGrace *quartz.Timer
+		deadlineC, graceC    <-chan time.Time
+		probedAt             time.Time
+	)
+	stopDeadline := func() {
+		if deadline != nil {
+			deadline.Stop("jupyter", tagProbeTimeout)
+			deadline, deadlineC = nil, nil
+		}
+	}
+	defer func() {
+		silence.Stop()
+		stopDeadline()
+		if replyGrace != nil {
+			replyGrace.Stop()
+		}
+		for _, id := range ids {
+			k.remove(id)
+		}
+	}()
+	probeShell := func() {
+		if shellSent {
+			return
+		}
+		if w, id := k.probe(ChannelShell); w != nil {
+			shell, shellSent = w, true
+			ids = append(ids, id)
+		}
+	}
+	for {
+		var shellC, controlC <-chan error
+		if shell != nil {
+			shellC = shell.result
+		}
+		if control != nil {
+			controlC = control.result
+		}
+		select {
+		case <-e.done:
+			return
+		case <-e.activity:
+			e.mu.Lock()
+			idleNoReply := e.idle && e.reply == nil
+			e.mu.Unlock()
+			if idleNoReply && replyGrace == nil {
+				replyGrace = k.clock.NewTimer(k.opts.ReplyGrace, "jupyter", tagReplyGrace)
+				graceC = replyGrace.C
+				probeShell()
+			}
+		case <-silence.C:
+			now := k.clock.Now()
+			if quiet := now.Sub(e.lastActivity()); quiet < k.opts.ProbeAfter {
+				silence.Reset(k.opts.ProbeAfter-quiet, "jupyter", tagSilence)
+				continue
+			}
+			probeShell()
+			if control == nil {
+				if w, id := k.probe(ChannelControl); w != nil {
+					control, probedAt = w, now
+					ids = append(ids, id)
+					if deadline == nil {
+						deadline = k.clock.NewTimer(k.opts.ProbeTimeout, "jupyter", tagProbeTimeout)
+						deadlineC = deadline.C
+					}
+				}
+			}
+			silence.Reset(k.opts.ProbeAfter, "jupyter", tagSilence)
+		case err := <-shellC:
+			shell = nil
+			if err == nil && e.Reply() == nil {
+				k.log.Warn("kernel finished a request without replying", "msg_id", e.ID)
+				e.end(fmt.Errorf("%w: it answered a later request first", ErrNoReply))
+				return
+			}
+		case err := <-controlC:
+			control = nil
+			if err == nil {
+				if e.Reply() == nil {
+					k.controlWhileBusy.Store(true)
+				}
+				stopDeadline()
+			}
+		case <-deadlineC:
+			deadline, deadlineC = nil, nil
+			// Only a kernel known to answer control while busy is judged;
+			// and any message since the probe shows it alive.
+			if k.controlWhileBusy.Load() && e.lastActivity().Before(probedAt) {
+				k.log.Warn("kernel stopped answering", "msg_id", e.ID, "timeout", k.opts.ProbeTimeout)
+				e.end(fmt.Errorf("%w: no answer on its control channel for %s", ErrKernelUnresponsive, k.opts.ProbeTimeout))
+				return
+			}
+		case <-graceC:
+			graceC = nil
+			if e.Reply() == nil {
+				k.log.Warn("kernel went idle without replying", "msg_id", e.ID, "grace", k.opts.ReplyGrace)
+				e.end(fmt.Errorf("%w: it went idle and sent no reply within %s", ErrNoReply, k.opts.ReplyGrace))
+				return
+			}
+		}
+	}
+}
+
+func (e *Execution) lastActivity() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lastMsg
+}
+
+// probe sends a kernel_info_request on channel over the current
+// connection, without reconnecting or nudging (a request that needs either
+// has failed already). It returns nil if there is no usable connection.
+func (k *Kernel) probe(channel string) (*replyWaiter, string) {
+	msg, err := newMessage(channel, "kernel_info_request", k.session, struct{}{})
+	if err != nil {
+		return nil, ""
+	}
+	id := msg.Header.MsgID
+	w := newReplyWaiter(false)
+	k.mu.Lock()
+	conn := k.conn
+	if conn == nil || k.needNudge || k.goneErr != nil {
+		k.mu.Unlock()
+		return nil, ""
+	}
+	k.pending[id] = w
+	k.mu.Unlock()
+	if err := k.write(conn, msg); err != nil {
+		k.remove(id)
+		return nil, ""
+	}
+	return w, id
+}
