@@ -13,8 +13,6 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
-require github.com/coder/quartz v0.3.1 // indirect
-
 require (
 	github.com/coder/websocket v1.8.15
 	github.com/mdlayher/socket v0.4.1 // indirect
