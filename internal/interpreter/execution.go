@@ -556,6 +556,12 @@ func (r *runner) kernelFailed(err error, restartsBefore int) {
 	case errors.Is(err, jupyter.ErrConnectionLost):
 		r.finish(EndError, &ErrorValue{Name: errNameWebSocket, Value: "The connection to the kernel was lost, " +
 			"so the outcome is unknown; rerun the code to get the results"})
+	case errors.Is(err, jupyter.ErrNoReply):
+		r.finish(EndError, &ErrorValue{Name: errNameUnexpected, Value: "The kernel finished running the code " +
+			"without replying, so its outcome is unknown (" + err.Error() + "); the context's state is kept"})
+	case errors.Is(err, jupyter.ErrKernelUnresponsive):
+		r.finish(EndError, &ErrorValue{Name: errNameUnexpected, Value: "The kernel stopped answering while " +
+			"running the code (" + err.Error() + "); interrupt or restart the context to use it again"})
 	case errors.Is(err, jupyter.ErrClosed), errors.Is(err, jupyter.ErrStopped):
 		if x.c.isRemoved() {
 			r.finish(EndContextRestarted, &ErrorValue{Name: errNameUnexpected, Value: "The context was removed while the code was running"})
