@@ -171,42 +171,12 @@ func (d *bigDecoder) decodeObject() error {
 		return err
 	}
 	for first := true; ; first = false {
-		if err := d.skipWS(); err != nil {
+		key, end, err := d.nextKey(first)
+		if err != nil {
 			return err
 		}
-		c, err := d.br.ReadByte()
-		if err != nil {
-			return errBadMessage
-		}
-		if c == '}' {
+		if end {
 			break
-		}
-		if !first {
-			if c != ',' {
-				return errBadMessage
-			}
-			if err := d.skipWS(); err != nil {
-				return err
-			}
-			if c, err = d.br.ReadByte(); err != nil {
-				return errBadMessage
-			}
-		}
-		if c != '"' {
-			return errBadMessage
-		}
-		key, err := d.readKey()
-		if err != nil {
-			return err
-		}
-		if err := d.skipWS(); err != nil {
-			return err
-		}
-		if err := d.expect(':'); err != nil {
-			return err
-		}
-		if err := d.skipWS(); err != nil {
-			return err
 		}
 		switch key {
 		case "content":
@@ -273,6 +243,46 @@ func (d *bigDecoder) decodeObject() error {
 	return nil
 }
 
+// nextKey reads, inside a JSON object whose '{' was read, up to the next
+// member's value: its key, or end at the object's '}'. first tells whether
+// a member came before (a ',' must separate them).
+func (d *bigDecoder) nextKey(first bool) (key string, end bool, err error) {
+	if err := d.skipWS(); err != nil {
+		return "", false, err
+	}
+	c, err := d.br.ReadByte()
+	if err != nil {
+		return "", false, errBadMessage
+	}
+	if c == '}' {
+		return "", true, nil
+	}
+	if !first {
+		if c != ',' {
+			return "", false, errBadMessage
+		}
+		if err := d.skipWS(); err != nil {
+			return "", false, err
+		}
+		if c, err = d.br.ReadByte(); err != nil {
+			return "", false, errBadMessage
+		}
+	}
+	if c != '"' {
+		return "", false, errBadMessage
+	}
+	if key, err = d.readKey(); err != nil {
+		return "", false, err
+	}
+	if err := d.skipWS(); err != nil {
+		return "", false, err
+	}
+	if err := d.expect(':'); err != nil {
+		return "", false, err
+	}
+	return key, false, d.skipWS()
+}
+
 // streamContent decodes a stream message's content, emitting its text in
 // pieces of streamChunk bytes. If the stream's name comes after the text,
 // the text is kept up to MaxMessageBytes and the rest dropped.
@@ -312,42 +322,12 @@ func (d *bigDecoder) streamContent(w *wireMessage, parent Header) error {
 		return err
 	}
 	for first := true; ; first = false {
-		if err := d.skipWS(); err != nil {
+		key, end, err := d.nextKey(first)
+		if err != nil {
 			return err
 		}
-		c, err := d.br.ReadByte()
-		if err != nil {
-			return errBadMessage
-		}
-		if c == '}' {
+		if end {
 			break
-		}
-		if !first {
-			if c != ',' {
-				return errBadMessage
-			}
-			if err := d.skipWS(); err != nil {
-				return err
-			}
-			if c, err = d.br.ReadByte(); err != nil {
-				return errBadMessage
-			}
-		}
-		if c != '"' {
-			return errBadMessage
-		}
-		key, err := d.readKey()
-		if err != nil {
-			return err
-		}
-		if err := d.skipWS(); err != nil {
-			return err
-		}
-		if err := d.expect(':'); err != nil {
-			return err
-		}
-		if err := d.skipWS(); err != nil {
-			return err
 		}
 		if key != "text" {
 			var buf bytes.Buffer
