@@ -3,9 +3,9 @@ package process
 import (
 	"errors"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
+
+	"github.com/envd-dev/envd/internal/procstat"
 )
 
 // signalGroup sends sig to the process group pid leads, and, for a process
@@ -38,32 +38,5 @@ func groupGone(pid uint32, session bool) bool {
 
 // sessionMembers lists the processes whose session id is sid, from /proc.
 func sessionMembers(sid uint32) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	want := strconv.FormatUint(uint64(sid), 10)
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// Fields after the command name, which may hold spaces and ')':
-		// state ppid pgrp session ...
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) >= 4 && f[3] == want {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return procstat.Select(func(st procstat.Stat) bool { return st.Session == int(sid) })
 }

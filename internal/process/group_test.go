@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	pb "github.com/envd-dev/envd/gen/process"
 	"github.com/envd-dev/envd/gen/process/processconnect"
 	"github.com/envd-dev/envd/internal/process/processtest"
+	"github.com/envd-dev/envd/internal/procstat"
 )
 
 // bomb starts 50 background sleeps and waits for them.
@@ -23,24 +22,7 @@ const bomb = `for i in $(seq 50); do sleep 1000 & done; echo ready; wait`
 
 // groupOf lists the processes whose process group is pgid, from /proc.
 func groupOf(pgid uint32) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) >= 3 && f[2] == strconv.Itoa(int(pgid)) {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return procstat.Select(func(st procstat.Stat) bool { return st.PGrp == int(pgid) })
 }
 
 // startBomb starts bomb and returns its watcher once all 51 processes run.
@@ -185,24 +167,7 @@ func TestCloseStdinDuringBlockedWrite(t *testing.T) {
 
 // sessionOf lists the processes whose session is sid, from /proc.
 func sessionOf(sid uint32) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) >= 4 && f[3] == strconv.Itoa(int(sid)) {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return procstat.Select(func(st procstat.Stat) bool { return st.Session == int(sid) })
 }
 
 // TestSignalReachesSession: on a terminal the process leads a session, and a

@@ -26,13 +26,13 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/internal/procstat"
 )
 
 // Exit is how a child ended.
@@ -274,34 +274,5 @@ func startUnreaped(cmd *exec.Cmd, ch chan Exit) error {
 // the orphans reparented to it. Shutdown signals them all.
 func Children() []int {
 	self := os.Getpid()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// The command name in parentheses may hold spaces and parentheses:
-		// the fields that follow start after the last ')'.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
-			continue
-		}
-		if ppid, err := strconv.Atoi(f[1]); err == nil && ppid == self {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return procstat.Select(func(st procstat.Stat) bool { return st.PPid == self })
 }

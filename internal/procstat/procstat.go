@@ -1,0 +1,92 @@
+// Package procstat reads what /proc/<pid>/stat says of processes: their
+// state, parent, process group and session. It is the one parser of that
+// file, for the reaper (envd's children), the process domain (a killed
+// group's members) and tests.
+package procstat
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Stat is what /proc/<pid>/stat says of one process.
+type Stat struct {
+	Pid     int
+	State   byte // R, S, D, Z, T...
+	PPid    int
+	PGrp    int
+	Session int
+}
+
+// errFormat: a stat file this package cannot read.
+var errFormat = errors.New("unexpected format")
+
+// Read returns the stat of pid; an error wrapping fs.ErrNotExist once pid
+// is gone (reaped).
+func Read(pid int) (Stat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Stat{}, fmt.Errorf("read stat of %d: %w", pid, err)
+	}
+	st, err := parse(pid, string(b))
+	if err != nil {
+		return Stat{}, fmt.Errorf("parse stat of %d: %w", pid, err)
+	}
+	return st, nil
+}
+
+// parse reads a stat line. The command name, in parentheses, may hold
+// spaces and parentheses: the fields that follow start after the last ')':
+// state ppid pgrp session ...
+func parse(pid int, s string) (Stat, error) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return Stat{}, errFormat
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 4 || len(f[0]) != 1 {
+		return Stat{}, errFormat
+	}
+	st := Stat{Pid: pid, State: f[0][0]}
+	var err error
+	for j, p := range []*int{&st.PPid, &st.PGrp, &st.Session} {
+		if *p, err = strconv.Atoi(f[j+1]); err != nil {
+			return Stat{}, errFormat
+		}
+	}
+	return st, nil
+}
+
+// All returns the stat of every process that could be read (one that ends
+// while it reads is left out), in /proc's order.
+func All() []Stat {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	out := make([]Stat, 0, len(ents))
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := Read(pid); err == nil {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// Select returns the pids of the processes for which keep is true.
+func Select(keep func(Stat) bool) []int {
+	var out []int
+	for _, st := range All() {
+		if keep(st) {
+			out = append(out, st.Pid)
+		}
+	}
+	return out
+}
