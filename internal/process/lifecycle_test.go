@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/envd-dev/envd/gen/process"
+	"github.com/envd-dev/envd/gen/process/processconnect"
 	"github.com/envd-dev/envd/internal/process/processtest"
 )
 
@@ -446,8 +447,16 @@ func TestManyProcesses(t *testing.T) {
 	results := make([]result, n)
 	var wg sync.WaitGroup
 	ctx := processtest.Context(t, waitLong)
+	// One client per case, as an SDK holds one: HTTP/2 multiplexes its
+	// streams on one connection. (200 clients meant 100 h2c handshakes at
+	// once, and Go's HTTP/2 server drops a connection whose client has not
+	// sent its SETTINGS within 2 s, which a starved machine misses.)
+	clients := make([]processconnect.ProcessClient, len(cases))
+	for i, tc := range cases {
+		clients[i] = s.Client(t, tc.opts)
+	}
 	for i := range n {
-		c := s.Client(t, cases[i%len(cases)].opts)
+		c := clients[i%len(cases)]
 		wg.Go(func() {
 			r := &results[i]
 			st, err := c.Start(ctx, connect.NewRequest(&pb.StartRequest{Process: sh(`echo "out $1"; echo "err $1" >&2; exit $(($1 % 5))`, "sh", strconv.Itoa(i))}))
