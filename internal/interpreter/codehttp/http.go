@@ -211,9 +211,9 @@ func (h *API) stream(w http.ResponseWriter, r *http.Request, x *interpreter.Exec
 	switch {
 	case err == nil:
 	case readErr != nil && errors.Is(err, readErr):
-		h.log.Warn("execute stream ended", "error", err)
+		h.log.Warn("execute stream ended: its events could not be read", "execution_id", x.ID, "error", err)
 	default:
-		x.Interrupt() // the client went away
+		x.Interrupt() // the client went away, or cannot be written to
 	}
 }
 
