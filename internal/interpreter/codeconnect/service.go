@@ -23,6 +23,7 @@ import (
 	"github.com/envd-dev/envd/gen/envd/interpreter/v1/interpreterv1connect"
 	"github.com/envd-dev/envd/internal/interpreter"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/internal/streamloop"
 )
 
 // Service is envd's native code-execution service (envd.interpreter.v1)
@@ -213,65 +214,59 @@ func (s *Service) AttachExecution(ctx context.Context, req *connect.Request[pb.A
 }
 
 // follow sends x's events from wire seq from until the end event, with
-// keepalives while the execution is quiet. It is the only caller of send
-// for its stream, and closes rd.
+// keepalives while the execution is quiet (streamloop runs the loop). It
+// is the only caller of send for its stream, and closes rd.
 func (s *Service) follow(ctx context.Context, x *interpreter.Execution, rd *interpreter.Reader, from uint64, keepalive time.Duration, send func(*pb.ExecutionEvent) error) error {
 	defer rd.Close()
-	ticker := s.clock.NewTicker(keepalive, "keepalive")
-	defer ticker.Stop()
 	next := from // the seq of the next event to send
-	for {
-		evs, err := rd.Read()
-		if err != nil && !errors.Is(err, io.EOF) {
-			return connect.NewError(connect.CodeInternal, fmt.Errorf("execution %s: read events: %w", x.ID, err))
-		}
-		for _, ev := range evs {
-			if ev.Kind == interpreter.EventLost {
-				continue // the gap shows in the seqs
+	return streamloop.Loop{
+		Clock:     s.clock,
+		Keepalive: keepalive,
+		Ready:     rd.Wait,
+		Pump: func() (bool, error) {
+			evs, err := rd.Read()
+			if err != nil && !errors.Is(err, io.EOF) {
+				return false, connect.NewError(connect.CodeInternal, fmt.Errorf("execution %s: read events: %w", x.ID, err))
 			}
-			if next == 0 && ev.Seq > 0 {
-				// started is no longer retained: it is state, too.
-				if err := send(started(x.Started(), 0)); err != nil {
-					return err
+			for _, ev := range evs {
+				if ev.Kind == interpreter.EventLost {
+					continue // the gap shows in the seqs
 				}
-				next = 1
+				if next == 0 && ev.Seq > 0 {
+					// started is no longer retained: it is state, too.
+					if err := send(started(x.Started(), 0)); err != nil {
+						return false, err
+					}
+					next = 1
+				}
+				if ev.Seq < next {
+					continue // already seen by the client
+				}
+				if ev.Seq > next {
+					return false, connect.NewError(connect.CodeDataLoss, fmt.Errorf(
+						"execution %s: %d events (seq %d to %d) are no longer retained: more output came than envd keeps, "+
+							"and it was not read in time; the rest of the execution can still be followed from seq %d",
+						x.ID, ev.Seq-next, next, ev.Seq-1, ev.Seq))
+				}
+				if err := send(toProto(x, ev)); err != nil {
+					return false, err
+				}
+				next++
+				if ev.Kind == interpreter.EventEnd {
+					return true, streamloop.Done
+				}
 			}
-			if ev.Seq < next {
-				continue // already seen by the client
+			if len(evs) == 0 && errors.Is(err, io.EOF) {
+				// Every stored event was read and the end was not among
+				// those sent: nothing follows from_seq.
+				return false, streamloop.Done
 			}
-			if ev.Seq > next {
-				return connect.NewError(connect.CodeDataLoss, fmt.Errorf(
-					"execution %s: %d events (seq %d to %d) are no longer retained: more output came than envd keeps, "+
-						"and it was not read in time; the rest of the execution can still be followed from seq %d",
-					x.ID, ev.Seq-next, next, ev.Seq-1, ev.Seq))
-			}
-			if err := send(toProto(x, ev)); err != nil {
-				return err
-			}
-			next++
-			if ev.Kind == interpreter.EventEnd {
-				return nil
-			}
-		}
-		if len(evs) > 0 {
-			ticker.Reset(keepalive, "keepalive")
-			continue
-		}
-		if errors.Is(err, io.EOF) {
-			// Every stored event was read and the end was not among those
-			// sent: nothing follows from_seq.
-			return nil
-		}
-		select {
-		case <-rd.Wait():
-		case <-ticker.C:
-			if err := send(&pb.ExecutionEvent{Event: &pb.ExecutionEvent_Keepalive{Keepalive: &pb.Keepalive{}}}); err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+			return len(evs) > 0, nil
+		},
+		SendKeepalive: func() error {
+			return send(&pb.ExecutionEvent{Event: &pb.ExecutionEvent_Keepalive{Keepalive: &pb.Keepalive{}}})
+		},
+	}.Run(ctx)
 }
 
 func started(st *interpreter.Started, seq uint64) *pb.ExecutionEvent {

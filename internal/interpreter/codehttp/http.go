@@ -23,6 +23,7 @@ import (
 
 	"github.com/envd-dev/envd/internal/interpreter"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/internal/streamloop"
 )
 
 // API serves E2B's code-interpreter HTTP API on top of an Engine.
@@ -155,7 +156,9 @@ func (h *API) execute(w http.ResponseWriter, r *http.Request) {
 }
 
 // stream writes the execution's events as NDJSON lines until its end, or
-// until the client goes away, which interrupts the execution.
+// until the client goes away, which interrupts the execution
+// (streamloop runs the loop). A reader that fails ends the response
+// without an interrupt: the code runs on, as it does for a Connect client.
 func (h *API) stream(w http.ResponseWriter, r *http.Request, x *interpreter.Execution, rd *interpreter.Reader) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -165,12 +168,24 @@ func (h *API) stream(w http.ResponseWriter, r *http.Request, x *interpreter.Exec
 		x.Interrupt()
 		return
 	}
-	keepalive := h.clock.NewTimer(h.keepalive, "keepalive")
-	defer keepalive.Stop()
 	var buf []byte
-	for {
-		evs, err := rd.Read()
-		if len(evs) > 0 {
+	var readErr error // the reader's failure, which is not the client's
+	err := streamloop.Loop{
+		Clock:     h.clock,
+		Keepalive: h.keepalive,
+		Ready:     rd.Wait,
+		Pump: func() (bool, error) {
+			evs, err := rd.Read()
+			if len(evs) == 0 {
+				if errors.Is(err, io.EOF) {
+					return false, streamloop.Done // after the end event was sent
+				}
+				if err != nil {
+					readErr = fmt.Errorf("execution %s: read events: %w", x.ID, err)
+					return false, readErr
+				}
+				return false, nil
+			}
 			buf = buf[:0]
 			ended := false
 			for _, ev := range evs {
@@ -181,33 +196,36 @@ func (h *API) stream(w http.ResponseWriter, r *http.Request, x *interpreter.Exec
 					break
 				}
 			}
-			if _, err := w.Write(buf); err != nil || rc.Flush() != nil {
-				x.Interrupt()
-				return
+			if err := write(w, rc, buf); err != nil {
+				return false, err
 			}
 			if ended {
-				return
+				return true, streamloop.Done
 			}
-			keepalive.Reset(h.keepalive, "keepalive")
-			continue
-		}
-		if err != nil {
-			// io.EOF after the end event was sent, or a reader error.
-			return
-		}
-		select {
-		case <-rd.Wait():
-		case <-keepalive.C:
-			if _, err := io.WriteString(w, `{"type": "keepalive"}`+"\n"); err != nil || rc.Flush() != nil {
-				x.Interrupt()
-				return
-			}
-			keepalive.Reset(h.keepalive, "keepalive")
-		case <-r.Context().Done():
-			x.Interrupt()
-			return
-		}
+			return true, nil
+		},
+		SendKeepalive: func() error {
+			return write(w, rc, []byte(`{"type": "keepalive"}`+"\n"))
+		},
+	}.Run(r.Context())
+	switch {
+	case err == nil:
+	case readErr != nil && errors.Is(err, readErr):
+		h.log.Warn("execute stream ended: its events could not be read", "execution_id", x.ID, "error", err)
+	default:
+		x.Interrupt() // the client went away, or cannot be written to
 	}
+}
+
+// write writes b to the client and flushes it.
+func write(w http.ResponseWriter, rc *http.ResponseController, b []byte) error {
+	if _, err := w.Write(b); err != nil {
+		return fmt.Errorf("write response: %w", err)
+	}
+	if err := rc.Flush(); err != nil {
+		return fmt.Errorf("flush response: %w", err)
+	}
+	return nil
 }
 
 func (h *API) listContexts(w http.ResponseWriter, r *http.Request) {
