@@ -533,6 +533,10 @@ func (r *runner) kernelFailed(err error, restartsBefore int) {
 	switch {
 	case x.eng.ctx.Err() != nil:
 		r.finish(x.stopReason())
+	case x.c.isRemoved():
+		// However its kernel went (deleted, its channels closed or cut),
+		// the context was removed under the code.
+		r.finish(EndContextRestarted, &ErrorValue{Name: errNameUnexpected, Value: "The context was removed while the code was running"})
 	case errors.Is(err, jupyter.ErrKernelRestarted):
 		if x.c.restartCount() != restartsBefore {
 			r.finish(EndContextRestarted, &ErrorValue{Name: errNameRestarting, Value: "Context was restarted"})
@@ -542,10 +546,6 @@ func (r *runner) kernelFailed(err error, restartsBefore int) {
 			"(for example os._exit() or a crash) and was restarted with fresh state: variables and imports are lost. " +
 			"The context is usable again."})
 	case errors.Is(err, jupyter.ErrKernelDied), errors.Is(err, jupyter.ErrKernelNotFound):
-		if x.c.isRemoved() {
-			r.finish(EndContextRestarted, &ErrorValue{Name: errNameUnexpected, Value: "The context was removed while the code was running"})
-			return
-		}
 		x.c.drop(r.ks)
 		r.finish(EndKernelDied, &ErrorValue{Name: errNameRestarting, Value: "The kernel died and could not be " +
 			"restarted; the next run in this context starts a new kernel with fresh state."})
@@ -563,10 +563,6 @@ func (r *runner) kernelFailed(err error, restartsBefore int) {
 		r.finish(EndError, &ErrorValue{Name: errNameUnexpected, Value: "The kernel stopped answering while " +
 			"running the code (" + err.Error() + "); interrupt or restart the context to use it again"})
 	case errors.Is(err, jupyter.ErrClosed), errors.Is(err, jupyter.ErrStopped):
-		if x.c.isRemoved() {
-			r.finish(EndContextRestarted, &ErrorValue{Name: errNameUnexpected, Value: "The context was removed while the code was running"})
-			return
-		}
 		r.finish(EndError, &ErrorValue{Name: errNameUnexpected, Value: "The kernel connection was closed while the code was running"})
 	default:
 		r.finish(EndError, &ErrorValue{Name: errNameUnexpected, Value: err.Error()})
