@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"syscall"
+
+	"github.com/envd-dev/envd/internal/errkind"
 )
 
 // Kinds of failure. Every error this package returns matches one of them with
@@ -22,20 +24,10 @@ var (
 	ErrClosed     = errors.New("closed")
 )
 
-// kindError carries one of the kinds above, a message for the user, and the
-// underlying cause.
-type kindError struct {
-	kind error
-	msg  string
-	err  error
-}
-
-func (e *kindError) Error() string        { return e.msg }
-func (e *kindError) Unwrap() error        { return e.err }
-func (e *kindError) Is(target error) bool { return target == e.kind }
-
+// newErr is an error of one of the kinds above (internal/errkind), with a
+// message for the user and the underlying cause.
 func newErr(kind, cause error, format string, args ...any) error {
-	return &kindError{kind: kind, msg: fmt.Sprintf(format, args...), err: cause}
+	return errkind.New(kind, cause, format, args...)
 }
 
 // kindOf classifies an error from the operating system.

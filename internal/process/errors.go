@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"github.com/envd-dev/envd/internal/errkind"
 )
 
 // Kinds of domain errors: every error of this package that a caller can act
@@ -18,22 +20,14 @@ var (
 	ErrExhausted    = errors.New("out of resources")
 )
 
-// Error is a domain error: a kind, the message a user reads, and the cause.
-type Error struct {
-	Kind  error // one of the Err* kinds above
-	Msg   string
-	Cause error // may be nil
-}
-
-func (e *Error) Error() string        { return e.Msg }
-func (e *Error) Unwrap() error        { return e.Cause }
-func (e *Error) Is(target error) bool { return target == e.Kind }
+// Error is a domain error: a kind, the message a user reads, and the cause
+// (envd's one idiom, internal/errkind).
+type Error = errkind.Error
 
 // errorf is an *Error of kind with a formatted message; a %w in format
 // becomes its cause.
 func errorf(kind error, format string, args ...any) error {
-	err := fmt.Errorf(format, args...)
-	return &Error{Kind: kind, Msg: err.Error(), Cause: errors.Unwrap(err)}
+	return errkind.Errorf(kind, format, args...)
 }
 
 // spawnError classifies a failure to start a program: what the request
