@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -20,12 +19,11 @@ import (
 	"github.com/envd-dev/envd/internal/jupyter"
 	"github.com/envd-dev/envd/internal/jupyter/startup"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
-const installHint = `Install Jupyter and the kernels with scripts/install-deps.sh, or:
-  apt-get install -y --no-install-recommends python3-jupyter-server python3-ipykernel python3-jupyter-client \
-    python3-pexpect python3-pandas python3-matplotlib python3-pil r-base-core r-cran-irkernel
-  and the Deno kernel (npm deno@2.9.6 + /usr/local/share/jupyter/kernels/deno/kernel.json)`
+// installHint says how to install what these tests need.
+const installHint = testutil.InstallHint
 
 // shared is one Jupyter server and engine for every test that does not
 // kill or stop its own: a server start costs seconds on two cores.
@@ -51,8 +49,8 @@ func TestMain(m *testing.M) {
 type mainRunner struct{ m *testing.M }
 
 func (r mainRunner) Run() int {
-	if out, err := exec.Command("/usr/bin/python3", "-c", "import jupyter_server, ipykernel, pexpect, pandas, matplotlib").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: Jupyter is not usable: %v\n%s\n%s\n", err, out, installHint)
+	if err := testutil.CheckJupyter(); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		return 1
 	}
 	dir, err := os.MkdirTemp("", "envd-interpreter-test-")
