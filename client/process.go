@@ -505,13 +505,25 @@ func (p *Process) sel() *pb.ProcessSelector { return Selector{PID: p.PID}.proto(
 // SendStdin writes data to the process's input: its stdin pipe (the
 // process needs Command.Stdin), or its terminal when PTY is set.
 func (p *Process) SendStdin(ctx context.Context, data []byte) error {
-	in := &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: data}}
-	if p.PTY {
-		in.Input = &pb.ProcessInput_Pty{Pty: data}
+	// envd takes at most a few MiB in one message: send more in pieces, in
+	// order.
+	for first := true; first || len(data) > 0; first = false {
+		n := min(len(data), maxInputMessage)
+		in := &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: data[:n]}}
+		if p.PTY {
+			in.Input = &pb.ProcessInput_Pty{Pty: data[:n]}
+		}
+		if _, err := p.c.proc.SendInput(ctx, request(p.c, &pb.SendInputRequest{Process: p.sel(), Input: in}, "")); err != nil {
+			return rpcError(fmt.Sprintf("send input to process %d", p.PID), err)
+		}
+		data = data[n:]
 	}
-	_, err := p.c.proc.SendInput(ctx, request(p.c, &pb.SendInputRequest{Process: p.sel(), Input: in}, ""))
-	return rpcError(fmt.Sprintf("send input to process %d", p.PID), err)
+	return nil
 }
+
+// maxInputMessage is the most input SendStdin puts in one message: envd
+// refuses messages over 6 MiB, and JSON carries bytes as base64.
+const maxInputMessage = 4 << 20
 
 // StreamStdin copies r to the process's input (as SendStdin does) over one
 // stream until r ends, then returns. It does not close stdin: call

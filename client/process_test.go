@@ -154,6 +154,27 @@ func TestStdin(t *testing.T) {
 			t.Errorf("sha256sum of the streamed stdin %q, want %q", out.String(), want)
 		}
 	})
+	t.Run("larger than one message", func(t *testing.T) {
+		t.Parallel()
+		var out bytes.Buffer
+		p, err := c.Start(ctx, client.Command{Name: "sha256sum", Stdin: true, Stdout: &out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := bytes.Repeat([]byte("fedcba9876543210"), 10<<16) // 10 MiB: over envd's 6 MiB message cap
+		if err := p.SendStdin(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.CloseStdin(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("%x  -\n", sha256.Sum256(in)); out.String() != want {
+			t.Errorf("sha256sum of 10 MiB sent at once %q, want %q", out.String(), want)
+		}
+	})
 	t.Run("no stdin", func(t *testing.T) {
 		t.Parallel()
 		p, err := c.Start(ctx, client.Command{Name: "cat"})
