@@ -27,6 +27,7 @@ import (
 	pb "github.com/envd-dev/envd/gen/process"
 	"github.com/envd-dev/envd/gen/process/processconnect"
 	"github.com/envd-dev/envd/internal/daemon"
+	"github.com/envd-dev/envd/internal/procstat"
 	"github.com/envd-dev/envd/internal/reaper"
 	"github.com/envd-dev/envd/internal/testutil"
 )
@@ -175,19 +176,6 @@ func smallWindowClient(t *testing.T) *http.Client {
 	return c
 }
 
-func unixClient(t *testing.T, path string) *http.Client {
-	t.Helper()
-	c := &http.Client{
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		}},
-		Timeout: testTimeout,
-	}
-	t.Cleanup(c.CloseIdleConnections)
-	return c
-}
-
 func getHealth(c *http.Client, url string) (int, error) {
 	resp, err := c.Get(url + "/health")
 	if err != nil {
@@ -204,7 +192,7 @@ func TestRunServesTCPAndUnix(t *testing.T) {
 		url string
 	}{
 		"tcp":  {tcpClient(t), "http://" + r.tcp},
-		"unix": {unixClient(t, r.unix), "http://envd"},
+		"unix": {testutil.UnixClient(t, r.unix, testTimeout), "http://envd"},
 	} {
 		if code, err := getHealth(tc.c, tc.url); err != nil || code != http.StatusNoContent {
 			t.Errorf("%s: GET /health = %d, %v; want 204", name, code, err)
@@ -241,7 +229,7 @@ func TestRunReplacesStaleSocket(t *testing.T) {
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	ln.Close()
 	r := start(t, daemon.Config{UnixSocket: path})
-	if code, err := getHealth(unixClient(t, path), "http://envd"); err != nil || code != 204 {
+	if code, err := getHealth(testutil.UnixClient(t, path, testTimeout), "http://envd"); err != nil || code != 204 {
 		t.Fatalf("GET /health over the replaced socket: %d, %v", code, err)
 	}
 	r.stop(t, testTimeout)
@@ -305,31 +293,10 @@ func TestRunClosesListenersOnFailure(t *testing.T) {
 	ln.Close()
 }
 
-// alive tells whether pid exists and is not a zombie.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(f) > 0 && f[0] != "Z"
-}
-
 // childOf returns a child of pid, 0 when it has none.
 func childOf(pid int) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			c, _ := strconv.Atoi(e.Name())
-			return c
-		}
+	if kids := procstat.Select(func(st procstat.Stat) bool { return st.PPid == pid }); len(kids) > 0 {
+		return kids[0]
 	}
 	return 0
 }
@@ -388,7 +355,7 @@ func TestShutdownStopsChildren(t *testing.T) {
 	// TERM ends the polite one; the others live on until the grace ends.
 	testutil.RequireClosed(t, politeEnded, "the stream of the process that took SIGTERM to end")
 	for _, pid := range []int{int(stubborn), int(parent), orphan} {
-		if !alive(pid) {
+		if !testutil.Alive(pid) {
 			t.Errorf("pid %d, which ignores SIGTERM, ended before the grace period did", pid)
 		}
 	}
@@ -399,7 +366,7 @@ func TestShutdownStopsChildren(t *testing.T) {
 	}
 	r.done <- nil // for Cleanup
 	for _, pid := range []int{int(polite), int(stubborn), int(parent), orphan} {
-		if alive(pid) {
+		if testutil.Alive(pid) {
 			t.Errorf("pid %d still alive after shutdown", pid)
 			syscall.Kill(pid, syscall.SIGKILL)
 		}

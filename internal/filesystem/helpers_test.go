@@ -8,9 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,8 +19,8 @@ import (
 	"github.com/envd-dev/envd/gen/filesystem/filesystemconnect"
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/filesystem"
-	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -117,58 +115,6 @@ func requireRoot(t *testing.T) {
 	}
 }
 
-func lookup(t *testing.T, name string) *identity.User {
-	t.Helper()
-	u, err := identity.Lookup(name)
-	if err != nil {
-		t.Fatalf("account %q is missing (scripts/install-deps.sh creates it): %v", name, err)
-	}
-	return u
-}
-
-// workdir is a fresh directory everybody may write (as /tmp), whose parent
-// lets everybody through.
-func workdir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// private is a fresh 0700 directory of root's, inside a dir users can reach.
-func private(t *testing.T) string {
-	t.Helper()
-	dir := filepath.Join(workdir(t), "private")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-func write(t *testing.T, p, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func ownerOf(t *testing.T, p string) uint32 {
-	t.Helper()
-	fi, err := os.Lstat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fi.Sys().(*syscall.Stat_t).Uid
-}
-
 // wantErr checks err's Connect code and that its message has every sub.
 func wantErr(t *testing.T, err error, code connect.Code, subs ...string) {
 	t.Helper()
@@ -192,17 +138,11 @@ func wantErr(t *testing.T, err error, code connect.Code, subs ...string) {
 
 func stat(t *testing.T, c filesystemconnect.FilesystemClient, p string) *pb.EntryInfo {
 	t.Helper()
-	res, err := c.Stat(ctx(t), connect.NewRequest(&pb.StatRequest{Path: p}))
+	res, err := c.Stat(testutil.Context(t, waitLong), connect.NewRequest(&pb.StatRequest{Path: p}))
 	if err != nil {
 		t.Fatalf("stat %s: %v", p, err)
 	}
 	return res.Msg.GetEntry()
-}
-
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), waitLong)
-	t.Cleanup(cancel)
-	return c
 }
 
 func names(es []*pb.EntryInfo, root string) []string {

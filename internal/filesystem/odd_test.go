@@ -12,6 +12,7 @@ import (
 	pb "github.com/envd-dev/envd/gen/filesystem"
 	"github.com/envd-dev/envd/gen/filesystem/filesystemconnect"
 	"github.com/envd-dev/envd/internal/filesystem"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // A file name that is not UTF-8, which any user can make, is listed with
@@ -20,10 +21,10 @@ import (
 func TestListDirNonUTF8Name(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
-	write(t, dir+"/bad\xff\xfename", "x")
-	write(t, dir+"/sub\xc3/inner", "y")
-	write(t, dir+"/good", "z")
+	dir := testutil.WorkDir(t)
+	testutil.WriteFile(t, dir+"/bad\xff\xfename", "x", 0o644)
+	testutil.WriteFile(t, dir+"/sub\xc3/inner", "y", 0o644)
+	testutil.WriteFile(t, dir+"/good", "z", 0o644)
 	if err := os.Symlink(dir+"/bad\xff\xfename", dir+"/link"); err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func TestListDirNonUTF8Name(t *testing.T) {
 	for name, c := range map[string]filesystemconnect.FilesystemClient{"json": e.root, "binary": binary} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			res, err := c.ListDir(ctx(t), connect.NewRequest(&pb.ListDirRequest{Path: dir, Depth: 2}))
+			res, err := c.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: dir, Depth: 2}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,13 +56,13 @@ func TestListDirNonUTF8Name(t *testing.T) {
 func TestWatchDirNonUTF8Name(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	w := watch(t, e.root, &pb.WatchDirRequest{Path: dir, IncludeEntry: true}, nil, 0)
 	if w.err != nil {
 		t.Fatal(w.err)
 	}
-	write(t, dir+"/bad\xffname", "x")
-	write(t, dir+"/after", "y")
+	testutil.WriteFile(t, dir+"/bad\xffname", "x", 0o644)
+	testutil.WriteFile(t, dir+"/after", "y", 0o644)
 	evs := w.waitFor(t, "create bad\uFFFDname", "write bad\uFFFDname", "create after")
 	if en := evs[indexOf(evs, "create bad\uFFFDname")].GetEntry(); en.GetPath() != dir+"/bad\uFFFDname" {
 		t.Errorf("entry %v", en)
@@ -75,7 +76,7 @@ func TestWatchDirNonUTF8Name(t *testing.T) {
 func TestWatchLimits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{MaxWatches: 3, MaxWatchedDirs: 5})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	for _, d := range []string{"a", "b", "c"} {
 		os.Mkdir(dir+"/"+d, 0o755)
 	}
@@ -86,7 +87,7 @@ func TestWatchLimits(t *testing.T) {
 	w2 := watch(t, e.root, &pb.WatchDirRequest{Path: dir, Recursive: true}, nil, 0)
 	wantErr(t, w2.err, connect.CodeResourceExhausted, "already watch 5 directories, its limit", "watch a smaller tree, or not recursively")
 	// The failed watch gave back what it took: one more directory fits.
-	res, err := e.root.CreateWatcher(ctx(t), connect.NewRequest(&pb.CreateWatcherRequest{Path: dir}))
+	res, err := e.root.CreateWatcher(testutil.Context(t, waitLong), connect.NewRequest(&pb.CreateWatcherRequest{Path: dir}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,9 +105,9 @@ func TestWatchLimits(t *testing.T) {
 	}
 	w := watch(t, e.root, &pb.WatchDirRequest{Path: dir + "/c"}, nil, 0)
 	wantErr(t, w.err, connect.CodeResourceExhausted, "envd already holds 3 watches, its limit")
-	_, err = e.root.CreateWatcher(ctx(t), connect.NewRequest(&pb.CreateWatcherRequest{Path: dir + "/c"}))
+	_, err = e.root.CreateWatcher(testutil.Context(t, waitLong), connect.NewRequest(&pb.CreateWatcherRequest{Path: dir + "/c"}))
 	wantErr(t, err, connect.CodeResourceExhausted, "envd already holds 3 watches, its limit")
-	if _, err := e.root.RemoveWatcher(ctx(t), connect.NewRequest(&pb.RemoveWatcherRequest{WatcherId: polled})); err != nil {
+	if _, err := e.root.RemoveWatcher(testutil.Context(t, waitLong), connect.NewRequest(&pb.RemoveWatcherRequest{WatcherId: polled})); err != nil {
 		t.Fatal(err)
 	}
 	if w := watch(t, e.root, &pb.WatchDirRequest{Path: dir + "/c"}, nil, 0); w.err != nil {
@@ -122,8 +123,8 @@ func TestIdleWatchIsSmall(t *testing.T) {
 	requireRoot(t)
 	f := filesystem.New(filesystem.Options{Logger: slog.New(slog.DiscardHandler)})
 	defer f.Close()
-	root := lookup(t, "root")
-	dir := workdir(t)
+	root := testutil.User(t, "root")
+	dir := testutil.WorkDir(t)
 	const n = 50
 	runtime.GC()
 	var before, after runtime.MemStats

@@ -15,14 +15,15 @@ import (
 
 	pb "github.com/envd-dev/envd/gen/filesystem"
 	"github.com/envd-dev/envd/internal/filesystem"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 func TestStatEveryField(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	file := filepath.Join(dir, "a.txt")
-	write(t, file, "hello")
+	testutil.WriteFile(t, file, "hello", 0o644)
 	if err := unix.Setxattr(file, "user.e2b.foo", []byte("bar"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -37,9 +38,9 @@ func TestStatEveryField(t *testing.T) {
 	sticky := filepath.Join(dir, "sticky")
 	os.Mkdir(sticky, 0o755)
 	os.Chmod(sticky, 0o777|os.ModeSticky)
-	usr := lookup(t, "user")
+	usr := testutil.User(t, "user")
 	owned := filepath.Join(dir, "owned")
-	write(t, owned, "")
+	testutil.WriteFile(t, owned, "", 0o644)
 	os.Chown(owned, int(usr.UID), 4242) // a gid with no name
 
 	tests := []struct {
@@ -101,9 +102,9 @@ func TestStatEveryField(t *testing.T) {
 func TestStatPaths(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	usr := lookup(t, "user")
+	usr := testutil.User(t, "user")
 	name := "stat-rel-" + strconv.Itoa(os.Getpid())
-	write(t, filepath.Join(usr.Home, name), "x")
+	testutil.WriteFile(t, filepath.Join(usr.Home, name), "x", 0o644)
 	t.Cleanup(func() { os.Remove(filepath.Join(usr.Home, name)) })
 
 	tests := []struct {
@@ -133,9 +134,9 @@ func TestStatPaths(t *testing.T) {
 func TestStatErrors(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	priv := private(t)
-	write(t, filepath.Join(priv, "secret"), "x")
-	dir := workdir(t)
+	priv := testutil.PrivateDir(t)
+	testutil.WriteFile(t, filepath.Join(priv, "secret"), "x", 0o644)
+	dir := testutil.WorkDir(t)
 	tests := []struct {
 		name string
 		c    func() error
@@ -143,25 +144,25 @@ func TestStatErrors(t *testing.T) {
 		msg  []string
 	}{
 		{"missing", func() error {
-			_, err := e.root.Stat(ctx(t), connect.NewRequest(&pb.StatRequest{Path: dir + "/nope"}))
+			_, err := e.root.Stat(testutil.Context(t, waitLong), connect.NewRequest(&pb.StatRequest{Path: dir + "/nope"}))
 			return err
 		},
 			connect.CodeNotFound, []string{"file not found: lstat " + dir + "/nope: no such file or directory"}},
 		{"other user's home", func() error {
-			_, err := e.root.Stat(ctx(t), connect.NewRequest(&pb.StatRequest{Path: "~root/x"}))
+			_, err := e.root.Stat(testutil.Context(t, waitLong), connect.NewRequest(&pb.StatRequest{Path: "~root/x"}))
 			return err
 		},
 			connect.CodeInvalidArgument, []string{"~root/x"}},
 		{"inside a dir the user may not enter", func() error {
-			_, err := e.user.Stat(ctx(t), connect.NewRequest(&pb.StatRequest{Path: priv + "/secret"}))
+			_, err := e.user.Stat(testutil.Context(t, waitLong), connect.NewRequest(&pb.StatRequest{Path: priv + "/secret"}))
 			return err
 		}, connect.CodePermissionDenied, []string{"user 'user'", priv + "/secret"}},
 		{"dot dot into root's dir", func() error {
-			_, err := e.user.Stat(ctx(t), connect.NewRequest(&pb.StatRequest{Path: dir + "/../" + filepath.Base(dir) + "/private/secret"}))
+			_, err := e.user.Stat(testutil.Context(t, waitLong), connect.NewRequest(&pb.StatRequest{Path: dir + "/../" + filepath.Base(dir) + "/private/secret"}))
 			return err
 		}, connect.CodeNotFound, nil},
 		{"nul byte", func() error {
-			_, err := e.root.Stat(ctx(t), connect.NewRequest(&pb.StatRequest{Path: "/tmp/a\x00b"}))
+			_, err := e.root.Stat(testutil.Context(t, waitLong), connect.NewRequest(&pb.StatRequest{Path: "/tmp/a\x00b"}))
 			return err
 		},
 			connect.CodeInvalidArgument, []string{"NUL"}},
@@ -178,10 +179,10 @@ func TestStatErrors(t *testing.T) {
 func TestMakeDir(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
-	usr := lookup(t, "user")
+	dir := testutil.WorkDir(t)
+	usr := testutil.User(t, "user")
 
-	res, err := e.user.MakeDir(ctx(t), connect.NewRequest(&pb.MakeDirRequest{Path: dir + "/d1/d2/d3"}))
+	res, err := e.user.MakeDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.MakeDirRequest{Path: dir + "/d1/d2/d3"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,12 +192,12 @@ func TestMakeDir(t *testing.T) {
 		t.Errorf("entry %v", en)
 	}
 	for _, p := range []string{"/d1", "/d1/d2", "/d1/d2/d3"} {
-		if uid := ownerOf(t, dir+p); uid != usr.UID {
+		if uid := testutil.Owner(t, dir+p); uid != usr.UID {
 			t.Errorf("%s belongs to %d, want the user", p, uid)
 		}
 	}
-	write(t, dir+"/file", "x")
-	priv := private(t)
+	testutil.WriteFile(t, dir+"/file", "x", 0o644)
+	priv := testutil.PrivateDir(t)
 	tests := []struct {
 		name string
 		path string
@@ -216,7 +217,7 @@ func TestMakeDir(t *testing.T) {
 			if tt.user {
 				c = e.user
 			}
-			_, err := c.MakeDir(ctx(t), connect.NewRequest(&pb.MakeDirRequest{Path: tt.path}))
+			_, err := c.MakeDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.MakeDirRequest{Path: tt.path}))
 			wantErr(t, err, tt.code, tt.msg)
 		})
 	}
@@ -228,9 +229,9 @@ func TestMakeDir(t *testing.T) {
 func TestMove(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
-	write(t, dir+"/m1.txt", "one")
-	res, err := e.user.Move(ctx(t), connect.NewRequest(&pb.MoveRequest{Source: dir + "/m1.txt", Destination: dir + "/newdir/m1-renamed.txt"}))
+	dir := testutil.WorkDir(t)
+	testutil.WriteFile(t, dir+"/m1.txt", "one", 0o644)
+	res, err := e.user.Move(testutil.Context(t, waitLong), connect.NewRequest(&pb.MoveRequest{Source: dir + "/m1.txt", Destination: dir + "/newdir/m1-renamed.txt"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,26 +242,26 @@ func TestMove(t *testing.T) {
 		t.Errorf("moved content %q", b)
 	}
 	// Onto an existing file: replaced.
-	write(t, dir+"/a", "A")
-	write(t, dir+"/b", "B")
-	if _, err := e.root.Move(ctx(t), connect.NewRequest(&pb.MoveRequest{Source: dir + "/a", Destination: dir + "/b"})); err != nil {
+	testutil.WriteFile(t, dir+"/a", "A", 0o644)
+	testutil.WriteFile(t, dir+"/b", "B", 0o644)
+	if _, err := e.root.Move(testutil.Context(t, waitLong), connect.NewRequest(&pb.MoveRequest{Source: dir + "/a", Destination: dir + "/b"})); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(dir + "/b"); string(b) != "A" {
 		t.Errorf("replaced content %q", b)
 	}
 
-	priv := private(t)
-	write(t, priv+"/secret", "s")
-	_, err = e.root.Move(ctx(t), connect.NewRequest(&pb.MoveRequest{Source: dir + "/zzz", Destination: dir + "/yyy"}))
+	priv := testutil.PrivateDir(t)
+	testutil.WriteFile(t, priv+"/secret", "s", 0o644)
+	_, err = e.root.Move(testutil.Context(t, waitLong), connect.NewRequest(&pb.MoveRequest{Source: dir + "/zzz", Destination: dir + "/yyy"}))
 	wantErr(t, err, connect.CodeNotFound, "source file not found: rename "+dir+"/zzz "+dir+"/yyy: no such file or directory")
 	if _, err := os.Stat(dir + "/yyy"); err == nil {
 		t.Error("a failed move made the destination")
 	}
-	_, err = e.user.Move(ctx(t), connect.NewRequest(&pb.MoveRequest{Source: priv + "/secret", Destination: dir + "/stolen"}))
+	_, err = e.user.Move(testutil.Context(t, waitLong), connect.NewRequest(&pb.MoveRequest{Source: priv + "/secret", Destination: dir + "/stolen"}))
 	wantErr(t, err, connect.CodePermissionDenied, "user 'user'")
-	write(t, dir+"/mine", "m")
-	_, err = e.user.Move(ctx(t), connect.NewRequest(&pb.MoveRequest{Source: dir + "/mine", Destination: priv + "/planted"}))
+	testutil.WriteFile(t, dir+"/mine", "m", 0o644)
+	_, err = e.user.Move(testutil.Context(t, waitLong), connect.NewRequest(&pb.MoveRequest{Source: dir + "/mine", Destination: priv + "/planted"}))
 	wantErr(t, err, connect.CodePermissionDenied, "user 'user'")
 	if _, err := os.Stat(priv + "/secret"); err != nil {
 		t.Error("the refused move lost the source")
@@ -270,9 +271,9 @@ func TestMove(t *testing.T) {
 func TestListDir(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	for _, p := range []string{"b.txt", "a.txt", "sub/z", "sub/deeper/x", "sub/a", "Upper", "space name", "ünï", "new\nline"} {
-		write(t, filepath.Join(dir, p), p)
+		testutil.WriteFile(t, filepath.Join(dir, p), p, 0o644)
 	}
 	os.Symlink(dir, filepath.Join(dir, "sub", "loop")) // a loop back to the root
 	os.Symlink("nothere", filepath.Join(dir, "dangling"))
@@ -288,7 +289,7 @@ func TestListDir(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run("depth "+strconv.Itoa(int(tt.depth)), func(t *testing.T) {
-			res, err := e.user.ListDir(ctx(t), connect.NewRequest(&pb.ListDirRequest{Path: dir, Depth: tt.depth}))
+			res, err := e.user.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: dir, Depth: tt.depth}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -299,9 +300,9 @@ func TestListDir(t *testing.T) {
 	}
 
 	// A symlinked root is followed, and paths keep the name asked for.
-	link := filepath.Join(workdir(t), "rootlink")
+	link := filepath.Join(testutil.WorkDir(t), "rootlink")
 	os.Symlink(dir+"/sub", link)
-	res, err := e.root.ListDir(ctx(t), connect.NewRequest(&pb.ListDirRequest{Path: link}))
+	res, err := e.root.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: link}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,15 +313,15 @@ func TestListDir(t *testing.T) {
 	// Children of a directory the user may not read are left out.
 	priv := filepath.Join(dir, "sub", "private")
 	os.Mkdir(priv, 0o700)
-	write(t, priv+"/secret", "s")
-	res, err = e.user.ListDir(ctx(t), connect.NewRequest(&pb.ListDirRequest{Path: dir + "/sub", Depth: 3}))
+	testutil.WriteFile(t, priv+"/secret", "s", 0o644)
+	res, err = e.user.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: dir + "/sub", Depth: 3}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := names(res.Msg.GetEntries(), dir+"/sub"); slices.Contains(got, "private/secret") || !slices.Contains(got, "private") {
 		t.Errorf("as user: %q", got)
 	}
-	res, _ = e.root.ListDir(ctx(t), connect.NewRequest(&pb.ListDirRequest{Path: dir + "/sub", Depth: 3}))
+	res, _ = e.root.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: dir + "/sub", Depth: 3}))
 	if got := names(res.Msg.GetEntries(), dir+"/sub"); !slices.Contains(got, "private/secret") {
 		t.Errorf("as root: %q", got)
 	}
@@ -346,7 +347,7 @@ func TestListDir(t *testing.T) {
 			if tt.user {
 				c = e.user
 			}
-			_, err := c.ListDir(ctx(t), connect.NewRequest(&pb.ListDirRequest{Path: tt.path}))
+			_, err := c.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: tt.path}))
 			wantErr(t, err, tt.code, tt.msg)
 		})
 	}
@@ -355,47 +356,47 @@ func TestListDir(t *testing.T) {
 func TestListDirLimit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{MaxListEntries: 5})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	for i := range 6 {
-		write(t, filepath.Join(dir, strconv.Itoa(i)), "")
+		testutil.WriteFile(t, filepath.Join(dir, strconv.Itoa(i)), "", 0o644)
 	}
-	_, err := e.root.ListDir(ctx(t), connect.NewRequest(&pb.ListDirRequest{Path: dir}))
+	_, err := e.root.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: dir}))
 	wantErr(t, err, connect.CodeInvalidArgument, "more than 5 entries")
 }
 
 func TestRemove(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
-	write(t, dir+"/tree/a/b/c", "x")
-	usr := lookup(t, "user")
+	dir := testutil.WorkDir(t)
+	testutil.WriteFile(t, dir+"/tree/a/b/c", "x", 0o644)
+	usr := testutil.User(t, "user")
 	filepath.Walk(dir+"/tree", func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, int(usr.UID), int(usr.GID)) })
-	if _, err := e.user.Remove(ctx(t), connect.NewRequest(&pb.RemoveRequest{Path: dir + "/tree"})); err != nil {
+	if _, err := e.user.Remove(testutil.Context(t, waitLong), connect.NewRequest(&pb.RemoveRequest{Path: dir + "/tree"})); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(dir + "/tree"); !os.IsNotExist(err) {
 		t.Errorf("tree still there: %v", err)
 	}
-	if _, err := e.root.Remove(ctx(t), connect.NewRequest(&pb.RemoveRequest{Path: dir + "/never-was"})); err != nil {
+	if _, err := e.root.Remove(testutil.Context(t, waitLong), connect.NewRequest(&pb.RemoveRequest{Path: dir + "/never-was"})); err != nil {
 		t.Errorf("removing a missing path: %v", err)
 	}
-	priv := private(t)
-	write(t, priv+"/keep", "k")
-	_, err := e.user.Remove(ctx(t), connect.NewRequest(&pb.RemoveRequest{Path: priv}))
+	priv := testutil.PrivateDir(t)
+	testutil.WriteFile(t, priv+"/keep", "k", 0o644)
+	_, err := e.user.Remove(testutil.Context(t, waitLong), connect.NewRequest(&pb.RemoveRequest{Path: priv}))
 	wantErr(t, err, connect.CodePermissionDenied, "user 'user' may not remove")
 	if _, err := os.Stat(priv + "/keep"); err != nil {
 		t.Error("a refused remove removed something")
 	}
-	_, err = e.root.Remove(ctx(t), connect.NewRequest(&pb.RemoveRequest{Path: "/"}))
+	_, err = e.root.Remove(testutil.Context(t, waitLong), connect.NewRequest(&pb.RemoveRequest{Path: "/"}))
 	wantErr(t, err, connect.CodeInvalidArgument, "refusing to remove /")
-	_, err = e.root.Remove(ctx(t), connect.NewRequest(&pb.RemoveRequest{Path: "~nobody/x"}))
+	_, err = e.root.Remove(testutil.Context(t, waitLong), connect.NewRequest(&pb.RemoveRequest{Path: "~nobody/x"}))
 	wantErr(t, err, connect.CodeInvalidArgument)
 }
 
 func TestUnknownUser(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	_, err := e.client("nosuchuser").Stat(ctx(t), connect.NewRequest(&pb.StatRequest{Path: "/"}))
+	_, err := e.client("nosuchuser").Stat(testutil.Context(t, waitLong), connect.NewRequest(&pb.StatRequest{Path: "/"}))
 	wantErr(t, err, connect.CodeUnauthenticated, "invalid username: 'nosuchuser'")
 	stat(t, e.root, "/")
 }

@@ -11,6 +11,7 @@ import (
 
 	pb "github.com/envd-dev/envd/gen/filesystem"
 	"github.com/envd-dev/envd/internal/filesystem"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 type quietLogger struct{}
@@ -27,7 +28,7 @@ func TestWatchDirKeepaliveClock(t *testing.T) {
 	defer cancel()
 	clk := quartz.NewMock(t).WithLogger(quietLogger{})
 	e := newEnv(t, filesystem.Options{Clock: clk})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	tickers := clk.Trap().NewTicker("streamloop", "keepalive")
 	defer tickers.Close()
 

@@ -17,6 +17,7 @@ import (
 	pb "github.com/envd-dev/envd/gen/filesystem"
 	"github.com/envd-dev/envd/internal/filesystem"
 	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // watching is an open WatchDir stream whose events a goroutine collects.
@@ -187,22 +188,22 @@ func upload(t *testing.T, f *filesystem.Files, u *identity.User, p, content stri
 func TestWatchDirRecursiveEvents(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	usr := lookup(t, "user")
-	dir := workdir(t)
+	usr := testutil.User(t, "user")
+	dir := testutil.WorkDir(t)
 	w := watch(t, e.user, &pb.WatchDirRequest{Path: dir, Recursive: true, IncludeEntry: true}, nil, 0)
 	if w.err != nil {
 		t.Fatal(w.err)
 	}
 	upload(t, e.files, usr, dir+"/f.txt", "x")
-	if _, err := e.user.MakeDir(ctx(t), connect.NewRequest(&pb.MakeDirRequest{Path: dir + "/sub"})); err != nil {
+	if _, err := e.user.MakeDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.MakeDirRequest{Path: dir + "/sub"})); err != nil {
 		t.Fatal(err)
 	}
 	// At once, before the watch may have caught up with sub.
 	upload(t, e.files, usr, dir+"/sub/g.txt", "y")
-	if _, err := e.user.Move(ctx(t), connect.NewRequest(&pb.MoveRequest{Source: dir + "/f.txt", Destination: dir + "/f2.txt"})); err != nil {
+	if _, err := e.user.Move(testutil.Context(t, waitLong), connect.NewRequest(&pb.MoveRequest{Source: dir + "/f.txt", Destination: dir + "/f2.txt"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.user.Remove(ctx(t), connect.NewRequest(&pb.RemoveRequest{Path: dir + "/f2.txt"})); err != nil {
+	if _, err := e.user.Remove(testutil.Context(t, waitLong), connect.NewRequest(&pb.RemoveRequest{Path: dir + "/f2.txt"})); err != nil {
 		t.Fatal(err)
 	}
 	evs := w.waitFor(t, "create f.txt", "write f.txt", "create sub", "create sub/g.txt", "write sub/g.txt",
@@ -246,9 +247,9 @@ func TestWatchDirRecursiveEvents(t *testing.T) {
 func TestWatchDirNestedMkdirP(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	w := watch(t, e.root, &pb.WatchDirRequest{Path: dir, Recursive: true}, nil, 0)
-	if _, err := e.root.MakeDir(ctx(t), connect.NewRequest(&pb.MakeDirRequest{Path: dir + "/a/b/c"})); err != nil {
+	if _, err := e.root.MakeDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.MakeDirRequest{Path: dir + "/a/b/c"})); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(dir+"/a/b/c/file", []byte("z"), 0o644)
@@ -261,7 +262,7 @@ func TestWatchDirNestedMkdirP(t *testing.T) {
 func TestWatchDirNotRecursive(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	os.Mkdir(dir+"/sub", 0o777)
 	w := watch(t, e.root, &pb.WatchDirRequest{Path: dir}, nil, 0)
 	os.WriteFile(dir+"/sub/deep", []byte("x"), 0o644)
@@ -281,7 +282,7 @@ func TestWatchDirNotRecursive(t *testing.T) {
 func TestWatchDirKeepaliveAndDeadline(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	// A quiet watch sends keepalives at the interval the client asked for.
 	w := watch(t, e.root, &pb.WatchDirRequest{Path: dir}, http.Header{"Keepalive-Ping-Interval": {"1"}}, 0)
 	timeout := time.NewTimer(waitShort)
@@ -308,9 +309,9 @@ func TestWatchDirKeepaliveAndDeadline(t *testing.T) {
 func TestWatchDirErrors(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
-	write(t, dir+"/file", "x")
-	priv := private(t)
+	dir := testutil.WorkDir(t)
+	testutil.WriteFile(t, dir+"/file", "x", 0o644)
+	priv := testutil.PrivateDir(t)
 	tests := []struct {
 		name string
 		user bool
@@ -341,7 +342,7 @@ func TestWatchDirErrors(t *testing.T) {
 func TestWatchDirAsUserSkipsUnreadable(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	os.Mkdir(dir+"/priv", 0o700)
 	w := watch(t, e.user, &pb.WatchDirRequest{Path: dir, Recursive: true, AllowNetworkMounts: true}, nil, 0)
 	os.WriteFile(dir+"/priv/secret", []byte("x"), 0o600)
@@ -357,7 +358,7 @@ func TestWatchDirAsUserSkipsUnreadable(t *testing.T) {
 func TestHundredWatchers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	const n = 100
 	ws := make([]*watching, n)
 	var wg sync.WaitGroup
@@ -407,7 +408,7 @@ func pollUntil(t *testing.T, c interface {
 	defer tick.Stop()
 	var got []string
 	for {
-		evs, err := c.GetWatcherEvents(ctx(t), connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id}))
+		evs, err := c.GetWatcherEvents(testutil.Context(t, waitLong), connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id}))
 		if err == nil {
 			for _, ev := range evs.Msg.GetEvents() {
 				got = append(got, evName(ev))
@@ -430,8 +431,8 @@ func pollUntil(t *testing.T, c interface {
 func TestPollingWatcher(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
-	res, err := e.user.CreateWatcher(ctx(t), connect.NewRequest(&pb.CreateWatcherRequest{Path: dir, Recursive: true, IncludeEntry: true}))
+	dir := testutil.WorkDir(t)
+	res, err := e.user.CreateWatcher(testutil.Context(t, waitLong), connect.NewRequest(&pb.CreateWatcherRequest{Path: dir, Recursive: true, IncludeEntry: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,18 +452,18 @@ func TestPollingWatcher(t *testing.T) {
 		}
 	}
 	// Taken events are not returned twice.
-	evs, err := e.user.GetWatcherEvents(ctx(t), connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id}))
+	evs, err := e.user.GetWatcherEvents(testutil.Context(t, waitLong), connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id}))
 	if err != nil || len(evs.Msg.GetEvents()) != 0 {
 		t.Errorf("second poll: %v %v", evs, err)
 	}
-	if _, err := e.user.RemoveWatcher(ctx(t), connect.NewRequest(&pb.RemoveWatcherRequest{WatcherId: id})); err != nil {
+	if _, err := e.user.RemoveWatcher(testutil.Context(t, waitLong), connect.NewRequest(&pb.RemoveWatcherRequest{WatcherId: id})); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.user.GetWatcherEvents(ctx(t), connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id}))
+	_, err = e.user.GetWatcherEvents(testutil.Context(t, waitLong), connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id}))
 	wantErr(t, err, connect.CodeNotFound, "watcher with id "+id+" not found")
-	_, err = e.user.RemoveWatcher(ctx(t), connect.NewRequest(&pb.RemoveWatcherRequest{WatcherId: id}))
+	_, err = e.user.RemoveWatcher(testutil.Context(t, waitLong), connect.NewRequest(&pb.RemoveWatcherRequest{WatcherId: id}))
 	wantErr(t, err, connect.CodeNotFound)
-	_, err = e.user.CreateWatcher(ctx(t), connect.NewRequest(&pb.CreateWatcherRequest{Path: dir + "/missing"}))
+	_, err = e.user.CreateWatcher(testutil.Context(t, waitLong), connect.NewRequest(&pb.CreateWatcherRequest{Path: dir + "/missing"}))
 	wantErr(t, err, connect.CodeNotFound)
 }
 
@@ -474,31 +475,31 @@ func TestPollingWatcherNobodyPolls(t *testing.T) {
 	const idle = 2 * time.Second
 	clock := quartz.NewMock(t)
 	e := newEnv(t, filesystem.Options{WatcherIdle: idle, Clock: clock})
-	res, err := e.root.CreateWatcher(ctx(t), connect.NewRequest(&pb.CreateWatcherRequest{Path: workdir(t)}))
+	res, err := e.root.CreateWatcher(testutil.Context(t, waitLong), connect.NewRequest(&pb.CreateWatcherRequest{Path: testutil.WorkDir(t)}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := res.Msg.GetWatcherId()
 	poll := func() error {
-		_, err := e.root.GetWatcherEvents(ctx(t), connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id}))
+		_, err := e.root.GetWatcherEvents(testutil.Context(t, waitLong), connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id}))
 		return err
 	}
 	// Polled every idle/4, it lives on, for 4 idle times.
 	for range 16 {
-		clock.Advance(idle / 4).MustWait(ctx(t))
+		clock.Advance(idle / 4).MustWait(testutil.Context(t, waitLong))
 		if err := poll(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Not polled: idle is not over after 4 sweeps, it is after a fifth.
 	for range 4 {
-		clock.Advance(idle / 4).MustWait(ctx(t))
+		clock.Advance(idle / 4).MustWait(testutil.Context(t, waitLong))
 	}
 	if err := poll(); err != nil {
 		t.Fatalf("removed after exactly its idle time: %v", err)
 	}
 	for range 5 {
-		clock.Advance(idle / 4).MustWait(ctx(t))
+		clock.Advance(idle / 4).MustWait(testutil.Context(t, waitLong))
 	}
 	wantErr(t, poll(), connect.CodeNotFound)
 }
@@ -508,8 +509,8 @@ func TestPollingWatcherNobodyPolls(t *testing.T) {
 func TestWatcherQueueIsBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{WatchQueue: 16})
-	dir := workdir(t)
-	res, err := e.root.CreateWatcher(ctx(t), connect.NewRequest(&pb.CreateWatcherRequest{Path: dir}))
+	dir := testutil.WorkDir(t)
+	res, err := e.root.CreateWatcher(testutil.Context(t, waitLong), connect.NewRequest(&pb.CreateWatcherRequest{Path: dir}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,7 +524,7 @@ func TestWatcherQueueIsBounded(t *testing.T) {
 		return err != nil
 	})
 	// Another directory: the hub may still be routing the flood to dir.
-	other := workdir(t)
+	other := testutil.WorkDir(t)
 	w := watch(t, e.root, &pb.WatchDirRequest{Path: other}, nil, 0)
 	os.WriteFile(other+"/later", nil, 0o644)
 	w.waitFor(t, "create later")
@@ -534,7 +535,7 @@ func TestWatcherQueueIsBounded(t *testing.T) {
 func TestWatchDirFollowsMovedDirectory(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	os.MkdirAll(dir+"/sub/inner", 0o755)
 	w := watch(t, e.root, &pb.WatchDirRequest{Path: dir, Recursive: true}, nil, 0)
 	if err := os.Rename(dir+"/sub", dir+"/sub2"); err != nil {

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // generated is size bytes of deterministic, non-repeating data, made on the
@@ -163,7 +165,7 @@ func TestFiveGiBTransfer(t *testing.T) {
 	}
 	const size = 5 << 30
 	const maxRSS = 64 << 20
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	var st syscall.Statfs_t
 	if syscall.Statfs(dir, &st) == nil && st.Bavail*uint64(st.Bsize) < size+(2<<30) {
 		t.Skip("not enough free disk space for 5 GiB")

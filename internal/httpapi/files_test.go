@@ -17,16 +17,18 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 func TestDownload(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	dir := workdir(t)
-	write(t, dir+"/a.txt", "hello", 0o644)
-	priv := private(t)
-	write(t, priv+"/secret", "s", 0o600)
-	write(t, dir+"/root-only", "s", 0o600)
+	dir := testutil.WorkDir(t)
+	testutil.WriteFile(t, dir+"/a.txt", "hello", 0o644)
+	priv := testutil.PrivateDir(t)
+	testutil.WriteFile(t, priv+"/secret", "s", 0o600)
+	testutil.WriteFile(t, dir+"/root-only", "s", 0o600)
 
 	t.Run("identity", func(t *testing.T) {
 		r := e.do(t, "GET", "/files", q("path", dir+"/a.txt"), nil, nil)
@@ -81,9 +83,9 @@ func TestDownload(t *testing.T) {
 		}
 	})
 	t.Run("relative to the home", func(t *testing.T) {
-		usr := lookup(t, "user")
+		usr := testutil.User(t, "user")
 		name := fmt.Sprintf("dl-rel-%d", os.Getpid())
-		write(t, filepath.Join(usr.Home, name), "home", 0o644)
+		testutil.WriteFile(t, filepath.Join(usr.Home, name), "home", 0o644)
 		t.Cleanup(func() { os.Remove(filepath.Join(usr.Home, name)) })
 		if r := e.do(t, "GET", "/files", q("path", name), nil, nil); r.body != "home" {
 			t.Fatalf("%d %q", r.status, r.body)
@@ -119,10 +121,10 @@ func TestDownload(t *testing.T) {
 func TestDownloadNames(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	for _, name := range []string{"with space.txt", "ünïcödé 文件.txt", "new\nline", `quote"d`, "semi;colon"} {
 		t.Run(name, func(t *testing.T) {
-			write(t, filepath.Join(dir, name), name, 0o644)
+			testutil.WriteFile(t, filepath.Join(dir, name), name, 0o644)
 			r := e.do(t, "GET", "/files", q("path", filepath.Join(dir, name)), nil, nil)
 			if r.status != 200 || r.body != name {
 				t.Fatalf("%d %q", r.status, r.body)
@@ -160,15 +162,15 @@ func decodeWritten(t *testing.T, r response) []writtenJSON {
 func TestUploadMultipart(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	usr := lookup(t, "user")
-	dir := workdir(t)
+	usr := testutil.User(t, "user")
+	dir := testutil.WorkDir(t)
 
 	ct, body := multipartBody(t, part{"file", dir + "/ignored-name", "hello"})
 	out := decodeWritten(t, e.do(t, "POST", "/files", q("path", dir+"/a.txt"), hdr("Content-Type", ct), body))
 	if len(out) != 1 || fmt.Sprint(out[0]) != fmt.Sprint(writtenJSON{Name: "a.txt", Path: dir + "/a.txt", Type: "file"}) || read(t, dir+"/a.txt") != "hello" {
 		t.Fatalf("%+v", out)
 	}
-	if ownerOf(t, dir+"/a.txt") != usr.UID {
+	if testutil.Owner(t, dir+"/a.txt") != usr.UID {
 		t.Error("the default user's upload is not theirs")
 	}
 	fi, _ := os.Stat(dir + "/a.txt")
@@ -199,20 +201,20 @@ func TestUploadMultipart(t *testing.T) {
 		t.Error("content")
 	}
 	for _, p := range []string{dir + "/sub", dir + "/sub/deeper"} {
-		if fi, _ := os.Stat(p); ownerOf(t, p) != usr.UID || fi.Mode().Perm() != 0o755 {
-			t.Errorf("%s: owner %d mode %v", p, ownerOf(t, p), fi.Mode().Perm())
+		if fi, _ := os.Stat(p); testutil.Owner(t, p) != usr.UID || fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s: owner %d mode %v", p, testutil.Owner(t, p), fi.Mode().Perm())
 		}
 	}
 
 	// As root, by username.
 	ct, body = multipartBody(t, part{"file", dir + "/r.txt", "r"})
 	decodeWritten(t, e.do(t, "POST", "/files", q("username", "root"), hdr("Content-Type", ct), body))
-	if ownerOf(t, dir+"/r.txt") != 0 {
+	if testutil.Owner(t, dir+"/r.txt") != 0 {
 		t.Error("root's upload is not root's")
 	}
 
 	// Overwriting keeps the file's mode.
-	write(t, dir+"/script.sh", "old", 0o755)
+	testutil.WriteFile(t, dir+"/script.sh", "old", 0o755)
 	ct, body = multipartBody(t, part{"file", dir + "/script.sh", "new"})
 	decodeWritten(t, e.do(t, "POST", "/files", q("username", "root"), hdr("Content-Type", ct), body))
 	if fi, _ := os.Stat(dir + "/script.sh"); fi.Mode().Perm() != 0o755 || read(t, dir+"/script.sh") != "new" {
@@ -227,7 +229,7 @@ type chunked struct{ io.Reader }
 func TestUploadRawChunkedGzip(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	big := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
 	out := decodeWritten(t, e.do(t, "POST", "/files", q("path", dir+"/o.txt"), hdr("Content-Type", "application/octet-stream"), chunked{strings.NewReader(big)}))
 	if out[0].Path != dir+"/o.txt" || read(t, dir+"/o.txt") != big {
@@ -269,7 +271,7 @@ func TestUploadRawChunkedGzip(t *testing.T) {
 func TestUploadMetadata(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	out := decodeWritten(t, e.do(t, "POST", "/files", q("path", dir+"/meta.txt"),
 		hdr("Content-Type", "application/octet-stream", "X-Metadata-Foo", "bar", "X-Metadata-Other-Key", "v 2"), strings.NewReader("m")))
 	if out[0].Metadata["foo"] != "bar" || out[0].Metadata["other-key"] != "v 2" {
@@ -307,10 +309,10 @@ func TestUploadMetadata(t *testing.T) {
 func TestUploadErrors(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	dir := workdir(t)
-	priv := private(t)
-	write(t, dir+"/roots.txt", "root's", 0o644)
-	write(t, dir+"/a.txt", "old", 0o644)
+	dir := testutil.WorkDir(t)
+	priv := testutil.PrivateDir(t)
+	testutil.WriteFile(t, dir+"/roots.txt", "root's", 0o644)
+	testutil.WriteFile(t, dir+"/a.txt", "old", 0o644)
 	os.Chmod(dir+"/a.txt", 0o666)
 	octet := hdr("Content-Type", "application/octet-stream")
 	ct1, dup := multipartBody(t, part{"file", "x", "first"}, part{"file", "y", "second"})
@@ -367,9 +369,9 @@ func TestUploadErrors(t *testing.T) {
 func TestUploadIsAtomic(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	target := dir + "/keep.txt"
-	write(t, target, "old content", 0o666)
+	testutil.WriteFile(t, target, "old content", 0o666)
 
 	ct, body := multipartBody(t, part{"file", target, strings.Repeat("new", 100000)})
 	truncated := body.Bytes()[:body.Len()/2]
@@ -443,12 +445,12 @@ func TestUploadIsAtomic(t *testing.T) {
 func TestUploadDiskFull(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	dir := workdir(t)
+	dir := testutil.WorkDir(t)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m,mode=0777"); err != nil {
 		t.Skipf("cannot mount a small tmpfs: %v", err)
 	}
 	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	write(t, dir+"/f", "old", 0o666)
+	testutil.WriteFile(t, dir+"/f", "old", 0o666)
 	r := e.do(t, "POST", "/files", q("path", dir+"/f"), hdr("Content-Type", "application/octet-stream"), bytes.NewReader(make([]byte, 2<<20)))
 	wantError(t, r, 507, "not enough disk space available")
 	if read(t, dir+"/f") != "old" {

@@ -10,9 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +20,6 @@ import (
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/filesystem"
 	"github.com/envd-dev/envd/internal/httpapi"
-	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/server"
 )
 
@@ -170,47 +167,6 @@ func multipartBody(t *testing.T, parts ...part) (string, *bytes.Buffer) {
 	return mw.FormDataContentType(), &buf
 }
 
-func lookup(t *testing.T, name string) *identity.User {
-	t.Helper()
-	u, err := identity.Lookup(name)
-	if err != nil {
-		t.Fatalf("account %q is missing (scripts/install-deps.sh creates it): %v", name, err)
-	}
-	return u
-}
-
-func workdir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-func private(t *testing.T) string {
-	t.Helper()
-	dir := filepath.Join(workdir(t), "private")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-func write(t *testing.T, p, content string, perm os.FileMode) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), perm); err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(p, perm)
-}
-
 func read(t *testing.T, p string) string {
 	t.Helper()
 	b, err := os.ReadFile(p)
@@ -218,15 +174,6 @@ func read(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-func ownerOf(t *testing.T, p string) uint32 {
-	t.Helper()
-	fi, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fi.Sys().(*syscall.Stat_t).Uid
 }
 
 // noTemp fails if an upload's temporary file is left in dir.

@@ -9,14 +9,15 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/internal/auth"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 func TestSignedFiles(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_800_000_000, 0)
 	e := newEnv(t, envOpts{now: func() time.Time { return now }})
-	dir := workdir(t)
-	write(t, dir+"/a.txt", "hello", 0o644)
+	dir := testutil.WorkDir(t)
+	testutil.WriteFile(t, dir+"/a.txt", "hello", 0o644)
 	p := dir + "/a.txt"
 
 	// No token yet: everything is open, signatures are ignored.
@@ -75,8 +76,8 @@ func TestSignedFiles(t *testing.T) {
 func TestInit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	dir := workdir(t)
-	write(t, dir+"/in-workdir.txt", "wd", 0o644)
+	dir := testutil.WorkDir(t)
+	testutil.WriteFile(t, dir+"/in-workdir.txt", "wd", 0o644)
 	init := func(body string, token string) response {
 		h := hdr("Content-Type", "application/json")
 		if token != "" {
@@ -130,7 +131,7 @@ func TestInit(t *testing.T) {
 		t.Errorf("default user %q workdir %q", e.defs.UserName(), e.defs.Workdir())
 	}
 	// The new defaults apply to /files: relative paths, the default user.
-	write(t, dir+"/root-only", "r", 0o600)
+	testutil.WriteFile(t, dir+"/root-only", "r", 0o600)
 	if r := e.do(t, "GET", "/files", q("path", dir+"/root-only"), nil, nil); r.body != "r" {
 		t.Errorf("the default user is not root: %d %s", r.status, r.body)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // BenchmarkExecuteRoundTrip measures execute_request -> (execute_reply and
@@ -14,7 +15,7 @@ import (
 // the server's TCP_NODELAY patch and the client's TCP_QUICKACK.
 func BenchmarkExecuteRoundTrip(b *testing.B) {
 	noFix := startSupervisor(b, jupyter.Options{DisableLatencyFixes: true})
-	noFixClient, err := noFix.Client(testCtx(b, kernelTimeout))
+	noFixClient, err := noFix.Client(testutil.Context(b, kernelTimeout))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func BenchmarkExecuteRoundTrip(b *testing.B) {
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
 			k, _ := startKernel(b, tc.client(b), "python3", jupyter.KernelOptions{})
-			ctx := testCtx(b, 10*time.Minute)
+			ctx := testutil.Context(b, 10*time.Minute)
 			roundTrip := func() time.Duration {
 				start := time.Now()
 				e, err := k.Execute(ctx, "x=1", jupyter.ExecuteOptions{})
@@ -70,7 +71,7 @@ func BenchmarkExecuteRoundTrip(b *testing.B) {
 // channels are connected (the server holds the upgrade until the kernel
 // answered kernel_info), plus a first round trip.
 func BenchmarkKernelStart(b *testing.B) {
-	ctx := testCtx(b, 10*time.Minute)
+	ctx := testutil.Context(b, 10*time.Minute)
 	dir := b.TempDir()
 	var ds []time.Duration
 	for b.Loop() {
@@ -108,7 +109,7 @@ func BenchmarkServerStart(b *testing.B) {
 	for b.Loop() {
 		s := jupyter.New(jupyter.Options{Logger: testLogger()})
 		start := time.Now()
-		if err := s.Start(testCtx(b, kernelTimeout)); err != nil {
+		if err := s.Start(testutil.Context(b, kernelTimeout)); err != nil {
 			b.Fatal(err)
 		}
 		ds = append(ds, time.Since(start))

@@ -17,6 +17,7 @@ import (
 	"github.com/coder/quartz"
 
 	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // heapPeak samples the Go heap in use until the returned func is called,
@@ -81,7 +82,7 @@ func drain(t *testing.T, ctx context.Context, e *jupyter.Execution, each func(*j
 // copies: +1516 MiB for 300 MiB).
 func TestHugePrintIsBounded(t *testing.T) {
 	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{})
-	ctx := testCtx(t, 10*time.Minute)
+	ctx := testutil.Context(t, 10*time.Minute)
 	mib := 100
 	if v := os.Getenv("ENVD_HUGE_PRINT_MIB"); v != "" {
 		var err error
@@ -125,7 +126,7 @@ func TestHugePrintIsBounded(t *testing.T) {
 func TestStalledReaderIsBounded(t *testing.T) {
 	clk := quartz.NewMock(t).WithLogger(quartz.NoOpLogger)
 	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{Clock: clk})
-	ctx := testCtx(t, 5*time.Minute)
+	ctx := testutil.Context(t, 5*time.Minute)
 	wait := clk.Trap().NewTimer("jupyter", "reader-grace")
 	defer wait.Close()
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // Shared timeouts. Generous: the machine has two cores and runs -race.
@@ -22,18 +22,11 @@ const (
 	execTimeout   = 60 * time.Second // one execution
 )
 
-func testCtx(t testing.TB, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // startKernel starts a kernel of the given spec on c in a fresh directory,
 // connects to it, and deletes it at cleanup.
 func startKernel(t testing.TB, c *jupyter.Client, spec string, opts jupyter.KernelOptions) (*jupyter.Kernel, string) {
 	t.Helper()
-	ctx := testCtx(t, kernelTimeout)
+	ctx := testutil.Context(t, kernelTimeout)
 	dir := t.TempDir()
 	m, err := c.StartKernel(ctx, spec, dir)
 	if err != nil {
@@ -97,7 +90,7 @@ func (r *result) types() []string {
 // execute runs code and collects everything until the execution ends.
 func execute(t testing.TB, k *jupyter.Kernel, code string) *result {
 	t.Helper()
-	ctx := testCtx(t, execTimeout)
+	ctx := testutil.Context(t, execTimeout)
 	e, err := k.Execute(ctx, code, jupyter.ExecuteOptions{})
 	if err != nil {
 		t.Fatalf("execute %q: %v", short(code), err)
@@ -177,18 +170,6 @@ func pidOf(t testing.TB, k *jupyter.Kernel) int {
 	return pid
 }
 
-// alive reports whether pid is a running (not zombie) process.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// "pid (comm) S ..." - comm may contain spaces, the state follows the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
-}
-
 // waitGone waits until none of pids is alive, up to d. It waits on a
 // pidfd, which becomes readable when the process exits, child or not.
 func waitGone(t testing.TB, d time.Duration, pids ...int) {
@@ -212,7 +193,7 @@ func waitGone(t testing.TB, d time.Duration, pids ...int) {
 			if err != nil {
 				t.Fatalf("poll pidfd %d: %v", p, err)
 			}
-			if n == 0 && alive(p) {
+			if n == 0 && testutil.Alive(p) {
 				t.Fatalf("process %d still alive after %s", p, d)
 			}
 			break

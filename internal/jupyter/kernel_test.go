@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 func TestExecuteKeepsStateAndCountsExecutions(t *testing.T) {
@@ -148,7 +149,7 @@ func TestInterrupt(t *testing.T) {
 	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{})
 	mustOK(t, execute(t, k, "y = 7"))
 
-	ctx := testCtx(t, execTimeout)
+	ctx := testutil.Context(t, execTimeout)
 	e, err := k.Execute(ctx, "print('running', flush=True)\nwhile True: pass", jupyter.ExecuteOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +207,7 @@ func TestRestartThenExecuteGetsOutput(t *testing.T) {
 	// message of the first execution (runtime.md §7).
 	for i := range 5 {
 		mustOK(t, execute(t, k, "z = 1"))
-		ctx := testCtx(t, kernelTimeout)
+		ctx := testutil.Context(t, kernelTimeout)
 		if err := k.Restart(ctx); err != nil {
 			t.Fatalf("restart %d: %v", i, err)
 		}
@@ -253,7 +254,7 @@ func TestTenKernelsConcurrently(t *testing.T) {
 	}
 	for i, k := range kernels {
 		wg.Go(func() {
-			ctx := testCtx(t, execTimeout)
+			ctx := testutil.Context(t, execTimeout)
 			for j := range 5 {
 				e, err := k.Execute(ctx, fmt.Sprintf("v = %d * %d\nprint(v)", i, j), jupyter.ExecuteOptions{})
 				if err != nil {
@@ -293,7 +294,7 @@ func TestConcurrentExecutesOnOneKernel(t *testing.T) {
 	t.Parallel()
 	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{})
 	// The kernel queues them; the client routes each output to its request.
-	ctx := testCtx(t, execTimeout)
+	ctx := testutil.Context(t, execTimeout)
 	execs := make([]*jupyter.Execution, 8)
 	for i := range execs {
 		e, err := k.Execute(ctx, fmt.Sprintf("print(%d)", i), jupyter.ExecuteOptions{})
@@ -312,7 +313,7 @@ func TestConcurrentExecutesOnOneKernel(t *testing.T) {
 func TestKernelInfo(t *testing.T) {
 	t.Parallel()
 	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{})
-	info, err := k.KernelInfo(testCtx(t, execTimeout))
+	info, err := k.KernelInfo(testutil.Context(t, execTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +324,7 @@ func TestKernelInfo(t *testing.T) {
 
 func TestDeletedKernel(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t, kernelTimeout)
+	ctx := testutil.Context(t, kernelTimeout)
 	m, err := shared.client.StartKernel(ctx, "python3", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -356,7 +357,7 @@ func TestDeletedKernel(t *testing.T) {
 func TestClosedKernel(t *testing.T) {
 	t.Parallel()
 	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{})
-	ctx := testCtx(t, execTimeout)
+	ctx := testutil.Context(t, execTimeout)
 	e, err := k.Execute(ctx, "import time; time.sleep(30)", jupyter.ExecuteOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -418,7 +419,7 @@ func TestDenoKernel(t *testing.T) {
 
 func requireSpec(t *testing.T, name string) {
 	t.Helper()
-	specs, err := shared.client.KernelSpecs(testCtx(t, execTimeout))
+	specs, err := shared.client.KernelSpecs(testutil.Context(t, execTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}

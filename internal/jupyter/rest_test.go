@@ -5,11 +5,12 @@ import (
 	"testing"
 
 	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 func TestKernelSpecs(t *testing.T) {
 	t.Parallel()
-	specs, err := shared.client.KernelSpecs(testCtx(t, execTimeout))
+	specs, err := shared.client.KernelSpecs(testutil.Context(t, execTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +27,7 @@ func TestRESTErrors(t *testing.T) {
 	t.Parallel()
 	const unknown = "00000000-0000-0000-0000-000000000000"
 	c := shared.client
-	ctx := testCtx(t, execTimeout)
+	ctx := testutil.Context(t, execTimeout)
 	tests := []struct {
 		name string
 		call func() error
@@ -55,7 +56,7 @@ func TestRESTErrors(t *testing.T) {
 func TestListKernels(t *testing.T) {
 	t.Parallel()
 	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{})
-	ms, err := shared.client.Kernels(testCtx(t, execTimeout))
+	ms, err := shared.client.Kernels(testutil.Context(t, execTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}

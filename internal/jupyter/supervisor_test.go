@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // startSupervisor starts a private server for a test that kills or stops
@@ -29,7 +30,7 @@ func startSupervisor(t testing.TB, opts jupyter.Options) *jupyter.Supervisor {
 			t.Errorf("stop: %v", err)
 		}
 	})
-	if err := s.Start(testCtx(t, kernelTimeout)); err != nil {
+	if err := s.Start(testutil.Context(t, kernelTimeout)); err != nil {
 		t.Fatalf("start: %v", err)
 	}
 	return s
@@ -38,7 +39,7 @@ func startSupervisor(t testing.TB, opts jupyter.Options) *jupyter.Supervisor {
 func TestSupervisorRestartsKilledServer(t *testing.T) {
 	t.Parallel()
 	s := startSupervisor(t, jupyter.Options{MinBackoff: 10 * time.Millisecond})
-	ctx := testCtx(t, 2*kernelTimeout)
+	ctx := testutil.Context(t, 2*kernelTimeout)
 	c1, err := s.Client(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +100,7 @@ func TestSupervisorStopLeavesNoProcesses(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := jupyter.New(jupyter.Options{Logger: testLogger(), StopGrace: 3 * time.Second})
-	ctx := testCtx(t, 2*kernelTimeout)
+	ctx := testutil.Context(t, 2*kernelTimeout)
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -186,24 +187,24 @@ func TestSupervisorExistingServer(t *testing.T) {
 	if st.State != jupyter.ServerReady || st.Generation != 1 || st.PID != 0 {
 		t.Fatalf("status = %+v", st)
 	}
-	c, err := s.Client(testCtx(t, execTimeout))
+	c, err := s.Client(testutil.Context(t, execTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.KernelSpecs(testCtx(t, execTimeout)); err != nil {
+	if _, err := c.KernelSpecs(testutil.Context(t, execTimeout)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// Stopping the attachment leaves the server alone.
-	if _, err := shared.client.KernelSpecs(testCtx(t, execTimeout)); err != nil {
+	if _, err := shared.client.KernelSpecs(testutil.Context(t, execTimeout)); err != nil {
 		t.Errorf("shared server after detaching: %v", err)
 	}
 	// A wrong token is not healthy.
 	bad := jupyter.New(jupyter.Options{URL: shared.sup.URL(), Token: "wrong", StartTimeout: 300 * time.Millisecond, Logger: testLogger()})
 	defer bad.Stop(context.Background())
-	if err := bad.Start(testCtx(t, execTimeout)); err == nil {
+	if err := bad.Start(testutil.Context(t, execTimeout)); err == nil {
 		t.Error("wrong token accepted")
 	}
 }
@@ -216,7 +217,7 @@ func TestSupervisorFailingCommand(t *testing.T) {
 		MaxBackoff: 50 * time.Millisecond,
 		Logger:     testLogger(),
 	})
-	err := s.Start(testCtx(t, execTimeout))
+	err := s.Start(testutil.Context(t, execTimeout))
 	if err == nil || !strings.Contains(err.Error(), "exit status 3") {
 		t.Errorf("start error = %v", err)
 	}
@@ -236,7 +237,7 @@ func TestSupervisorFailingCommand(t *testing.T) {
 
 	missing := jupyter.New(jupyter.Options{Command: []string{"/nonexistent/python3"}, Logger: testLogger()})
 	defer missing.Stop(context.Background())
-	if err := missing.Start(testCtx(t, execTimeout)); err == nil {
+	if err := missing.Start(testutil.Context(t, execTimeout)); err == nil {
 		t.Error("start of a missing binary succeeded")
 	}
 }
@@ -263,11 +264,11 @@ func TestSupervisorRunAs(t *testing.T) {
 	s := startSupervisor(t, jupyter.Options{
 		RunAs: &jupyter.User{UID: uint32(uid), GID: uint32(gid), Home: home, Name: "nobody"},
 	})
-	c, err := s.Client(testCtx(t, execTimeout))
+	c, err := s.Client(testutil.Context(t, execTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testCtx(t, kernelTimeout)
+	ctx := testutil.Context(t, kernelTimeout)
 	m, err := c.StartKernel(ctx, "python3", home)
 	if err != nil {
 		t.Fatal(err)

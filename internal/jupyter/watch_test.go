@@ -14,6 +14,7 @@ import (
 
 	"github.com/envd-dev/envd/internal/jupyter"
 	"github.com/envd-dev/envd/internal/jupyter/startup"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // Probe settings of these tests: a deadline shorter than the quiet period,
@@ -65,7 +66,7 @@ func TestClosedStdoutDoesNotHang(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := startSupervisor(t, jupyter.Options{Env: l.Env()})
-	c, err := s.Client(testCtx(t, kernelTimeout))
+	c, err := s.Client(testutil.Context(t, kernelTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestClosedStdoutDoesNotHang(t *testing.T) {
 func TestIdleWithoutReplyEndsExecution(t *testing.T) {
 	t.Parallel()
 	k, _ := watchedKernel(t)
-	ctx := testCtx(t, execTimeout)
+	ctx := testutil.Context(t, execTimeout)
 	e, err := k.Execute(ctx, `
 k = get_ipython().kernel
 send = k.session.send
@@ -111,7 +112,7 @@ k.session.send = drop_reply`, jupyter.ExecuteOptions{})
 func TestIdleWithoutReplyBusyShell(t *testing.T) {
 	t.Parallel()
 	k, clk := watchedKernel(t)
-	ctx := testCtx(t, execTimeout)
+	ctx := testutil.Context(t, execTimeout)
 	grace := clk.Trap().NewTimer("jupyter", "reply-grace")
 	defer grace.Close()
 	e := runUntilInput(t, ctx, k, `
@@ -137,7 +138,7 @@ func TestLongRunningCodeThenStoppedKernel(t *testing.T) {
 	k, clk := watchedKernel(t)
 	pid := pidOf(t, k)
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // runs before the kernel's deletion
-	ctx := testCtx(t, 2*execTimeout)
+	ctx := testutil.Context(t, 2*execTimeout)
 
 	flag := filepath.Join(t.TempDir(), "go")
 	answered := clk.Trap().TimerStop("jupyter", "probe-timeout")

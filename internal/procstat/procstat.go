@@ -1,5 +1,6 @@
 // Package procstat reads what /proc/<pid>/stat says of processes: their
-// state, parent, process group and session. It is the one parser of that
+// state, parent, process group, session, terminal's foreground group,
+// start time and command name. It is the one parser of that
 // file, for the reaper (envd's children), the process domain (a killed
 // group's members) and tests.
 package procstat
@@ -19,6 +20,9 @@ type Stat struct {
 	PPid    int
 	PGrp    int
 	Session int
+	TPGid   int    // its terminal's foreground process group (-1: none)
+	Start   uint64 // clock ticks after boot it started: tells a pid from a later one reusing it
+	Comm    string // its command name, as the kernel keeps it (truncated)
 }
 
 // errFormat: a stat file this package cannot read.
@@ -40,20 +44,30 @@ func Read(pid int) (Stat, error) {
 
 // parse reads a stat line. The command name, in parentheses, may hold
 // spaces and parentheses: the fields that follow start after the last ')':
-// state ppid pgrp session ...
+// state ppid pgrp session tty tpgid ... starttime (the 20th). The kernel
+// writes them all; a line that stops after session leaves TPGid and Start
+// zero.
 func parse(pid int, s string) (Stat, error) {
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
+	open, i := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || i < open {
 		return Stat{}, errFormat
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 4 || len(f[0]) != 1 {
 		return Stat{}, errFormat
 	}
-	st := Stat{Pid: pid, State: f[0][0]}
+	st := Stat{Pid: pid, State: f[0][0], Comm: s[open+1 : i]}
 	var err error
 	for j, p := range []*int{&st.PPid, &st.PGrp, &st.Session} {
 		if *p, err = strconv.Atoi(f[j+1]); err != nil {
+			return Stat{}, errFormat
+		}
+	}
+	if len(f) >= 20 {
+		if st.TPGid, err = strconv.Atoi(f[5]); err != nil {
+			return Stat{}, errFormat
+		}
+		if st.Start, err = strconv.ParseUint(f[19], 10, 64); err != nil {
 			return Stat{}, errFormat
 		}
 	}

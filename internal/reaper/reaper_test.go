@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/envd-dev/envd/internal/procstat"
 	"github.com/envd-dev/envd/internal/reaper"
 )
 
@@ -119,18 +120,8 @@ func TestExitMatchesOS(t *testing.T) {
 // procState returns the state letter of pid and its parent, or ok false
 // when /proc has no such process.
 func procState(pid int) (state byte, ppid int, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0, 0, false
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	return f[0][0], ppid, true
+	st, err := procstat.Read(pid)
+	return st.State, st.PPid, err == nil
 }
 
 // TestOrphanReaped: a child forks a grandchild and exits; the grandchild is

@@ -8,13 +8,18 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/procstat"
 )
 
 // Bounds of the waits in tests. They are never expected to run out: they
@@ -234,14 +239,17 @@ const InstallHint = `Install Jupyter and the kernels with scripts/install-deps.s
 
 // CheckJupyter reports whether Jupyter, the IPython kernel and the
 // packages the tests use are importable by Python; its error says how to
-// install them.
-func CheckJupyter() error {
-	out, err := exec.Command(Python, "-c", "import jupyter_server, ipykernel, pexpect, pandas, matplotlib").CombinedOutput()
+// install them. Python is asked once per test process.
+func CheckJupyter() error { return checkJupyter() }
+
+var checkJupyter = sync.OnceValue(func() error {
+	out, err := exec.Command(Python, "-c",
+		"import jupyter_server, jupyter_client, ipykernel, IPython, pexpect, numpy, pandas, matplotlib").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("jupyter is not usable with %s: %v\n%s\n%s", Python, err, out, InstallHint)
 	}
 	return nil
-}
+})
 
 // RequireJupyter fails the test (never skips it) when Jupyter is not
 // installed, saying how to install it.
@@ -250,4 +258,88 @@ func RequireJupyter(tb testing.TB) {
 	if err := CheckJupyter(); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// User looks up the account name, failing the test when it is missing
+// (scripts/install-deps.sh creates the accounts tests act as).
+func User(tb testing.TB, name string) *identity.User {
+	tb.Helper()
+	u, err := identity.Lookup(name)
+	if err != nil {
+		tb.Fatalf("account %q is missing (scripts/install-deps.sh creates it): %v", name, err)
+	}
+	return u
+}
+
+// WorkDir returns a fresh directory everybody may write (as /tmp), whose
+// parent lets everybody through. It is removed when the test ends.
+func WorkDir(tb testing.TB) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		tb.Fatal(err)
+	}
+	return dir
+}
+
+// PrivateDir returns a fresh 0700 directory of the test's user inside a
+// WorkDir, which other users can reach but not enter.
+func PrivateDir(tb testing.TB) string {
+	tb.Helper()
+	dir := filepath.Join(WorkDir(tb), "private")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	return dir
+}
+
+// WriteFile writes content to p with mode perm (whatever the umask),
+// making p's missing parents 0755.
+func WriteFile(tb testing.TB, p, content string, perm os.FileMode) {
+	tb.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), perm); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Chmod(p, perm); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Owner returns the uid owning p itself (a symlink, not its target).
+func Owner(tb testing.TB, p string) uint32 {
+	tb.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Uid
+}
+
+// Alive reports whether pid is a process that has not ended: one /proc
+// shows that is neither a zombie nor dead.
+func Alive(pid int) bool {
+	st, err := procstat.Read(pid)
+	return err == nil && st.State != 'Z' && st.State != 'X'
+}
+
+// UnixClient is an HTTP client whose every connection goes to the unix
+// socket at path, whatever the URL's host; timeout bounds each request
+// (0: none). Its idle connections are closed when the test ends.
+func UnixClient(tb testing.TB, path string, timeout time.Duration) *http.Client {
+	tb.Helper()
+	c := &http.Client{
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}},
+		Timeout: timeout,
+	}
+	tb.Cleanup(c.CloseIdleConnections)
+	return c
 }

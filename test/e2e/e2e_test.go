@@ -9,7 +9,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 
 	pb "github.com/envd-dev/envd/gen/process"
 	"github.com/envd-dev/envd/gen/process/processconnect"
+	"github.com/envd-dev/envd/internal/procstat"
 	"github.com/envd-dev/envd/internal/testutil"
 )
 
@@ -245,67 +245,24 @@ func streamClient(t *testing.T) *http.Client {
 	return c
 }
 
-func unixClient(t *testing.T, path string) *http.Client {
-	t.Helper()
-	c := &http.Client{
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		}},
-		Timeout: requestTimeout,
-	}
-	t.Cleanup(c.CloseIdleConnections)
-	return c
-}
-
 // processClient speaks Connect JSON, as the JS SDK does.
 func processClient(c *http.Client, url string) processconnect.ProcessClient {
 	return processconnect.NewProcessClient(c, url, connect.WithProtoJSON())
 }
 
-// proc is one process as /proc shows it. start (clock ticks since boot)
-// tells a pid apart from a later process that reuses it.
-type proc struct {
-	pid, ppid   int
-	pgrp, tpgid int // its process group; its terminal's foreground group
-	state       byte
-	start       uint64
-	comm        string
-}
+// proc is one process as /proc shows it. Its Start (clock ticks since
+// boot) tells a pid apart from a later process that reuses it.
+type proc struct{ procstat.Stat }
 
 func readProc(pid int) (proc, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return proc{}, false
-	}
-	s := string(b)
-	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || closing < open {
-		return proc{}, false
-	}
-	f := strings.Fields(s[closing+1:])
-	if len(f) < 20 {
-		return proc{}, false
-	}
-	p := proc{pid: pid, state: f[0][0], comm: s[open+1 : closing]}
-	p.ppid, _ = strconv.Atoi(f[1])
-	p.pgrp, _ = strconv.Atoi(f[2])
-	p.tpgid, _ = strconv.Atoi(f[5])
-	p.start, _ = strconv.ParseUint(f[19], 10, 64)
-	return p, true
+	st, err := procstat.Read(pid)
+	return proc{st}, err == nil
 }
 
 func allProcs() map[int]proc {
-	ents, _ := os.ReadDir("/proc")
 	out := map[int]proc{}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if p, ok := readProc(pid); ok {
-			out[pid] = p
-		}
+	for _, st := range procstat.All() {
+		out[st.Pid] = proc{st}
 	}
 	return out
 }
@@ -315,7 +272,7 @@ func descendants(root int) []proc {
 	ps := allProcs()
 	children := map[int][]int{}
 	for _, p := range ps {
-		children[p.ppid] = append(children[p.ppid], p.pid)
+		children[p.PPid] = append(children[p.PPid], p.Pid)
 	}
 	var out []proc
 	queue := []int{root}
@@ -333,14 +290,14 @@ func descendants(root int) []proc {
 // running tells whether the very same process still runs (not a zombie, and
 // not a new process that reused the pid).
 func (p proc) running() bool {
-	now, ok := readProc(p.pid)
-	return ok && now.start == p.start && now.state != 'Z'
+	now, ok := readProc(p.Pid)
+	return ok && now.Start == p.Start && now.State != 'Z'
 }
 
 // killIfSame SIGKILLs p if it is still the same process.
 func (p proc) killIfSame() {
 	if p.running() {
-		syscall.Kill(p.pid, syscall.SIGKILL)
+		syscall.Kill(p.Pid, syscall.SIGKILL)
 	}
 }
 

@@ -252,7 +252,7 @@ func foreground(t *testing.T, e *envd, comm string) proc {
 	var found proc
 	testutil.Poll(t, comm+" as the foreground job of its terminal", func() bool {
 		for _, p := range descendants(e.cmd.Process.Pid) {
-			if p.comm == comm && p.tpgid == p.pgrp {
+			if p.Comm == comm && p.TPGid == p.PGrp {
 				found = p
 				return true
 			}
@@ -264,7 +264,7 @@ func foreground(t *testing.T, e *envd, comm string) proc {
 
 // ttySize reads the size of p's terminal (its stdin), 0, 0 if it cannot.
 func ttySize(p proc) (rows, cols int) {
-	f, err := os.Open("/proc/" + strconv.Itoa(p.pid) + "/fd/0")
+	f, err := os.Open("/proc/" + strconv.Itoa(p.Pid) + "/fd/0")
 	if err != nil {
 		return 0, 0
 	}

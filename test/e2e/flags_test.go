@@ -17,6 +17,7 @@ import (
 
 	pb "github.com/envd-dev/envd/gen/process"
 	"github.com/envd-dev/envd/internal/daemon"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 func TestVersion(t *testing.T) {
@@ -171,7 +172,7 @@ func TestFlagsFromEnv(t *testing.T) {
 	}
 
 	// The unix socket from ENVD_UNIX_SOCKET.
-	uc := unixClient(t, sock)
+	uc := testutil.UnixClient(t, sock, requestTimeout)
 	resp, err := uc.Get("http://envd/health")
 	if err != nil {
 		t.Fatalf("GET /health over %s: %v", sock, err)

@@ -50,7 +50,7 @@ func TestSIGTERMShutdown(t *testing.T) {
 		tree = descendants(e.cmd.Process.Pid)
 		sleeps := 0
 		for _, p := range tree {
-			if p.comm == "sleep" {
+			if p.Comm == "sleep" {
 				sleeps++
 			}
 		}
@@ -85,7 +85,7 @@ func TestSIGTERMShutdown(t *testing.T) {
 	var survivors []string
 	for _, p := range tree {
 		if p.running() {
-			survivors = append(survivors, fmt.Sprintf("%d(%s)", p.pid, p.comm))
+			survivors = append(survivors, fmt.Sprintf("%d(%s)", p.Pid, p.Comm))
 			p.killIfSame()
 		}
 	}
@@ -144,7 +144,7 @@ func ignores(pid int, sig syscall.Signal) bool {
 
 func containsPid(ps []proc, pid int) bool {
 	for _, p := range ps {
-		if p.pid == pid {
+		if p.Pid == pid {
 			return true
 		}
 	}
@@ -154,7 +154,7 @@ func containsPid(ps []proc, pid int) bool {
 func describe(ps []proc) []string {
 	out := make([]string, 0, len(ps))
 	for _, p := range ps {
-		out = append(out, fmt.Sprintf("%d<-%d:%s", p.pid, p.ppid, p.comm))
+		out = append(out, fmt.Sprintf("%d<-%d:%s", p.Pid, p.PPid, p.Comm))
 	}
 	return out
 }

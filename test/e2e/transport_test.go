@@ -26,7 +26,7 @@ import (
 func TestUnixSocket(t *testing.T) {
 	t.Parallel()
 	e := startEnvd(t, startOptions{args: []string{"-access-token", "tok"}})
-	c := unixClient(t, e.sock)
+	c := testutil.UnixClient(t, e.sock, requestTimeout)
 	resp, err := c.Get("http://envd/health")
 	if err != nil {
 		t.Fatal(err)

@@ -13,36 +13,10 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/internal/jupyter/startup"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 const python = startup.DefaultPython
-
-const installHint = `these tests start real Jupyter kernels with Debian's Python (` + python + `).
-Install what they need with:
-  apt-get update && apt-get install -y --no-install-recommends \
-    python3-jupyter-client python3-ipykernel python3-ipython python3-pexpect \
-    python3-matplotlib python3-pandas python3-pil`
-
-var (
-	jupyterOnce sync.Once
-	jupyterErr  string
-)
-
-// requireJupyter fails the test (not skips: CI must have these) with an
-// install hint when Debian's Jupyter stack is missing.
-func requireJupyter(t *testing.T) {
-	t.Helper()
-	jupyterOnce.Do(func() {
-		cmd := exec.Command(python, "-c",
-			"import jupyter_client, ipykernel, IPython, pexpect, matplotlib, pandas, numpy")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			jupyterErr = strings.TrimSpace(string(out)) + " (" + err.Error() + ")"
-		}
-	})
-	if jupyterErr != "" {
-		t.Fatalf("Jupyter is not usable: %s\n%s", jupyterErr, installHint)
-	}
-}
 
 type cell struct {
 	Code           string   `json:"code"`
@@ -216,7 +190,7 @@ func runKernel(t *testing.T, kernel, cwd string, env []string, cells []cell) []c
 // arrive up to grace seconds after its status idle.
 func runKernelGrace(t *testing.T, kernel, cwd string, env []string, cells []cell, grace float64) []cellResult {
 	t.Helper()
-	requireJupyter(t)
+	testutil.RequireJupyter(t)
 	l := layout(t)
 	req, err := json.Marshal(map[string]any{"kernel": kernel, "cwd": cwd, "cells": cells, "grace": grace})
 	if err != nil {
@@ -245,7 +219,7 @@ func runKernelGrace(t *testing.T, kernel, cwd string, env []string, cells []cell
 		t.Fatalf("decode driver output: %v\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 	if out.Fatal != "" {
-		t.Fatalf("kernel driver: %s\n%s", out.Fatal, installHint)
+		t.Fatalf("kernel driver: %s\n%s", out.Fatal, testutil.InstallHint)
 	}
 	if len(out.Cells) != len(cells) {
 		t.Fatalf("driver returned %d cells, want %d", len(out.Cells), len(cells))
@@ -260,7 +234,7 @@ func runKernelGrace(t *testing.T, kernel, cwd string, env []string, cells []cell
 // (plus env).
 func kernelNames(t *testing.T, env []string) map[string]bool {
 	t.Helper()
-	requireJupyter(t)
+	testutil.RequireJupyter(t)
 	l := layout(t)
 	driver, _ := filepath.Abs(filepath.Join("testdata", "kernel_driver.py"))
 	cmd := exec.Command(python, driver)
