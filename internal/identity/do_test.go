@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 func doUser(t *testing.T) *identity.User {
@@ -34,24 +35,10 @@ func owner(t *testing.T, p string) (uid, gid uint32) {
 	return st.Uid, st.Gid
 }
 
-// open777 is a directory everybody may write.
-func open777(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	// t.TempDir's parent is 0700: let others through it.
-	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 func TestDoCreatesAsTheUser(t *testing.T) {
 	t.Parallel()
 	u := doUser(t)
-	dir := open777(t)
+	dir := testutil.WorkDir(t)
 	p := filepath.Join(dir, "made-by-user")
 	if err := u.Do(func() error { return os.WriteFile(p, []byte("x"), 0o644) }); err != nil {
 		t.Fatal(err)
@@ -95,7 +82,7 @@ func TestDoChecksTheUsersPermissions(t *testing.T) {
 func TestDoSupplementaryGroups(t *testing.T) {
 	t.Parallel()
 	u := doUser(t)
-	dir := open777(t)
+	dir := testutil.WorkDir(t)
 	p := filepath.Join(dir, "group-readable")
 	if err := os.WriteFile(p, []byte("x"), 0o640); err != nil {
 		t.Fatal(err)
@@ -120,7 +107,7 @@ func TestDoSupplementaryGroups(t *testing.T) {
 func TestDoDoesNotLeak(t *testing.T) {
 	t.Parallel()
 	u := doUser(t)
-	dir := open777(t)
+	dir := testutil.WorkDir(t)
 	var wg sync.WaitGroup
 	for i := range 200 {
 		wg.Add(2)
@@ -156,7 +143,7 @@ func TestDoReturnsErrorAndPanics(t *testing.T) {
 			t.Errorf("recovered %v, want the panic re-raised", r)
 		}
 		// The panic happened with the user's credentials; envd's are back.
-		p := filepath.Join(open777(t), "after-panic")
+		p := filepath.Join(testutil.WorkDir(t), "after-panic")
 		os.WriteFile(p, nil, 0o644)
 		if uid, _ := owner(t, p); uid != 0 {
 			t.Errorf("after a panic, files belong to uid %d", uid)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/envd-dev/envd/internal/interpreter"
 	"github.com/envd-dev/envd/internal/interpreter/codehttp"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 func TestStateAcrossRuns(t *testing.T) {
@@ -293,7 +294,7 @@ func TestFIFOOnOneContext(t *testing.T) {
 		if i == 0 {
 			code = "import time; time.sleep(0.5); " + code
 		}
-		_, rd, err := shared.eng.Execute(testCtx(t, execTimeout), interpreter.ExecuteRequest{Code: code, ContextID: c.ID})
+		_, rd, err := shared.eng.Execute(testutil.Context(t, execTimeout), interpreter.ExecuteRequest{Code: code, ContextID: c.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -313,7 +314,7 @@ func TestFIFOOnOneContext(t *testing.T) {
 // silence.
 func TestKeepalive(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t, execTimeout)
+	ctx := testutil.Context(t, execTimeout)
 	clock := quartz.NewMock(t)
 	newTicker := clock.Trap().NewTicker("keepalive")
 	defer newTicker.Close()

@@ -18,13 +18,14 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // collect reads an execution's events until its end.
 func collect(t testing.TB, rd *interpreter.Reader) []interpreter.Event {
 	t.Helper()
 	defer rd.Close()
-	ctx := testCtx(t, execTimeout)
+	ctx := testutil.Context(t, execTimeout)
 	var out []interpreter.Event
 	for {
 		evs, err := rd.Read()
@@ -82,7 +83,7 @@ func checkSeq(t testing.TB, evs []interpreter.Event) {
 // runDirect runs code through the engine itself.
 func runDirect(t testing.TB, req interpreter.ExecuteRequest) []interpreter.Event {
 	t.Helper()
-	_, rd, err := shared.eng.Execute(testCtx(t, kernelTimeout), req)
+	_, rd, err := shared.eng.Execute(testutil.Context(t, kernelTimeout), req)
 	if err != nil {
 		t.Fatalf("execute %q: %v", short(req.Code), err)
 	}
@@ -115,7 +116,7 @@ func TestInterruptOnClientDisconnect(t *testing.T) {
 	t.Parallel()
 	c := newContext(t, "", "")
 	run(t, c.ID, "kept = 8").mustOK(t)
-	ctx, cancel := context.WithCancel(testCtx(t, execTimeout))
+	ctx, cancel := context.WithCancel(testutil.Context(t, execTimeout))
 	resp := postJSON(t, ctx, "/execute", map[string]any{"code": "import time\ntime.sleep(300)", "context_id": c.ID})
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
@@ -136,11 +137,11 @@ func TestInterruptOnClientDisconnect(t *testing.T) {
 func TestInterruptQueued(t *testing.T) {
 	t.Parallel()
 	c := newContext(t, "", "")
-	first, rd1, err := shared.eng.Execute(testCtx(t, time.Minute), interpreter.ExecuteRequest{Code: "import time; time.sleep(1); ran1 = True", ContextID: c.ID})
+	first, rd1, err := shared.eng.Execute(testutil.Context(t, time.Minute), interpreter.ExecuteRequest{Code: "import time; time.sleep(1); ran1 = True", ContextID: c.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, rd2, err := shared.eng.Execute(testCtx(t, time.Minute), interpreter.ExecuteRequest{Code: "ran2 = True", ContextID: c.ID})
+	second, rd2, err := shared.eng.Execute(testutil.Context(t, time.Minute), interpreter.ExecuteRequest{Code: "ran2 = True", ContextID: c.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +235,7 @@ func TestKernelKilledMidRun(t *testing.T) {
 func TestServerKilled(t *testing.T) {
 	t.Parallel()
 	sup, eng := newStack(shared.layout, func() map[string]string { return map[string]string{"ENVD_TEST_GLOBAL": "g2"} })
-	ctx := testCtx(t, 3*time.Minute)
+	ctx := testutil.Context(t, 3*time.Minute)
 	if err := startSupervisor(ctx, sup); err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +353,7 @@ func heapPeak() (stop func() (peak, after int64)) {
 // arrives, without keeping it.
 func streamStdout(t *testing.T, contextID, code string) (total, lines int) {
 	t.Helper()
-	resp := postJSON(t, testCtx(t, execTimeout), "/execute", map[string]any{"code": code, "context_id": contextID})
+	resp := postJSON(t, testutil.Context(t, execTimeout), "/execute", map[string]any{"code": code, "context_id": contextID})
 	defer resp.Body.Close()
 	br := bufio.NewReaderSize(resp.Body, 1<<20)
 	for {
@@ -523,7 +524,7 @@ func TestBadInputs(t *testing.T) {
 
 func TestHealth(t *testing.T) {
 	t.Parallel()
-	resp := do(t, testCtx(t, time.Minute), http.MethodGet, "/health", nil)
+	resp := do(t, testutil.Context(t, time.Minute), http.MethodGet, "/health", nil)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 || string(b) != `"OK"` || resp.Header.Get("Content-Type") != "application/json" {
@@ -552,7 +553,7 @@ func TestRInterruptAborts(t *testing.T) {
 
 func TestRemoveWhileRunning(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t, time.Minute)
+	ctx := testutil.Context(t, time.Minute)
 	c, err := shared.eng.CreateContext(ctx, "python", "")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/coder/quartz"
 
 	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 type quietLogger struct{}
@@ -34,7 +35,7 @@ func TestFlowLateReaderAfterQuiet(t *testing.T) {
 		piece    = 8 << 10 // each print flushed: one stream message
 		grace    = time.Second
 	)
-	ctx := testCtx(t, execTimeout)
+	ctx := testutil.Context(t, execTimeout)
 	clk := quartz.NewMock(t).WithLogger(quietLogger{})
 	eng := interpreter.New(interpreter.Options{
 		Supervisor:  shared.sup,
@@ -45,11 +46,11 @@ func TestFlowLateReaderAfterQuiet(t *testing.T) {
 		DefaultCwd:  func() string { return "/tmp" },
 	})
 	defer eng.Close()
-	c, err := eng.CreateContext(testCtx(t, kernelTimeout), "python", "/tmp")
+	c, err := eng.CreateContext(testutil.Context(t, kernelTimeout), "python", "/tmp")
 	if err != nil {
 		t.Fatalf("CreateContext: %v", err)
 	}
-	defer func() { _ = eng.RemoveContext(testCtx(t, time.Minute), c.ID) }()
+	defer func() { _ = eng.RemoveContext(testutil.Context(t, time.Minute), c.ID) }()
 
 	gate := filepath.Join(t.TempDir(), "go")
 	code := fmt.Sprintf(`import os, time

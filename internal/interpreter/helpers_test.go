@@ -16,6 +16,7 @@ import (
 	"github.com/envd-dev/envd/internal/interpreter"
 	"github.com/envd-dev/envd/internal/interpreter/codehttp"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // line is one NDJSON line of /execute, fields kept raw.
@@ -91,7 +92,7 @@ func execute(t testing.TB, body any) *execResult {
 // executeAt is execute on the API at base.
 func executeAt(t testing.TB, base string, body any) *execResult {
 	t.Helper()
-	ctx := testCtx(t, execTimeout)
+	ctx := testutil.Context(t, execTimeout)
 	resp := doAt(t, ctx, base, http.MethodPost, "/execute", body)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -219,7 +220,7 @@ func call(t testing.TB, method, path string, body any) (int, string) {
 // callAt is call on the API at base.
 func callAt(t testing.TB, base, method, path string, body any) (int, string) {
 	t.Helper()
-	resp := doAt(t, testCtx(t, kernelTimeout), base, method, path, body)
+	resp := doAt(t, testutil.Context(t, kernelTimeout), base, method, path, body)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/envd-dev/envd/internal/interpreter"
 	"github.com/envd-dev/envd/internal/interpreter/codehttp"
 	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // ownEngine is an engine of the test's own on the shared Jupyter server:
@@ -42,7 +43,7 @@ func ownEngine(t testing.TB, opts interpreter.Options) *interpreter.Engine {
 // readUntil reads events until one satisfies stop, and returns them all.
 func readUntil(t testing.TB, rd *interpreter.Reader, stop func(interpreter.Event) bool) []interpreter.Event {
 	t.Helper()
-	ctx := testCtx(t, execTimeout)
+	ctx := testutil.Context(t, execTimeout)
 	var out []interpreter.Event
 	for {
 		evs, err := rd.Read()
@@ -84,7 +85,7 @@ func TestShutdownDrainsReaders(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := testCtx(t, execTimeout)
+			ctx := testutil.Context(t, execTimeout)
 			clock := quartz.NewMock(t)
 			eng := ownEngine(t, interpreter.Options{Clock: clock, DrainGrace: 10 * time.Second})
 			c, err := eng.CreateContext(ctx, "python", "")
@@ -139,7 +140,7 @@ func TestShutdownDrainsReaders(t *testing.T) {
 // and the context keeps its state, instead of a restart.
 func TestInterruptResent(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t, execTimeout)
+	ctx := testutil.Context(t, execTimeout)
 	clock := quartz.NewMock(t)
 	eng := ownEngine(t, interpreter.Options{Clock: clock, InterruptResend: time.Second, InterruptGrace: 30 * time.Second})
 	c, err := eng.CreateContext(ctx, "python", "")
@@ -208,7 +209,7 @@ func TestValidateBeforeKernel(t *testing.T) {
 	sup := newUnstarted()
 	eng := interpreter.New(interpreter.Options{Supervisor: sup, Logger: testLogger()})
 	t.Cleanup(eng.Close)
-	ctx := testCtx(t, time.Minute)
+	ctx := testutil.Context(t, time.Minute)
 	if _, _, err := eng.Execute(ctx, interpreter.ExecuteRequest{Code: "echo", Language: "bash", Env: map[string]string{"NOT-A-NAME": "x"}}); !errors.Is(err, interpreter.ErrBadEnv) {
 		t.Errorf("bad env name: %v", err)
 	}
@@ -232,7 +233,7 @@ func TestNotReadyNamesPhase(t *testing.T) {
 	t.Parallel()
 	eng := interpreter.New(interpreter.Options{Supervisor: newUnstarted(), Logger: testLogger()})
 	t.Cleanup(eng.Close)
-	wait, cancel := context.WithCancel(testCtx(t, time.Minute))
+	wait, cancel := context.WithCancel(testutil.Context(t, time.Minute))
 	cancel() // the wait is over at once: Jupyter is not up
 	for name, call := range map[string]func() error{
 		"Execute": func() error {

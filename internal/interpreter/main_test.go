@@ -143,13 +143,6 @@ const (
 	execTimeout   = 2 * time.Minute
 )
 
-func testCtx(t testing.TB, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func short(s string) string {
 	s = strings.ReplaceAll(s, "\n", "\\n")
 	if len(s) > 80 {

@@ -23,6 +23,7 @@ import (
 	"github.com/envd-dev/envd/internal/interpreter/codeconnect"
 	"github.com/envd-dev/envd/internal/jupyter"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // serveService serves the Connect service over eng (nil: code execution
@@ -91,7 +92,7 @@ func svc(t testing.TB) interpreterv1connect.InterpreterServiceClient {
 // at cleanup.
 func rpcContext(t testing.TB, c interpreterv1connect.InterpreterServiceClient, cwd string) *pb.Context {
 	t.Helper()
-	resp, err := c.CreateContext(testCtx(t, kernelTimeout), connect.NewRequest(&pb.CreateContextRequest{Cwd: cwd}))
+	resp, err := c.CreateContext(testutil.Context(t, kernelTimeout), connect.NewRequest(&pb.CreateContextRequest{Cwd: cwd}))
 	if err != nil {
 		t.Fatalf("CreateContext: %v", err)
 	}
@@ -202,7 +203,7 @@ func (e *events) checkSeqFrom(t testing.TB, from uint64) {
 // 0, with the ids), contiguous seqs, end last.
 func rpcExecute(t testing.TB, c interpreterv1connect.InterpreterServiceClient, req *pb.ExecuteRequest) *events {
 	t.Helper()
-	s, err := c.Execute(testCtx(t, execTimeout), connect.NewRequest(req))
+	s, err := c.Execute(testutil.Context(t, execTimeout), connect.NewRequest(req))
 	if err != nil {
 		t.Fatalf("Execute: %v", err)
 	}
@@ -313,7 +314,7 @@ func TestServiceInterrupt(t *testing.T) {
 	c := svc(t)
 	ctx := rpcContext(t, c, "")
 	rpcExecute(t, c, &pb.ExecuteRequest{ContextId: ctx.GetId(), Code: "kept = 5"})
-	s, err := c.Execute(testCtx(t, execTimeout), connect.NewRequest(&pb.ExecuteRequest{ContextId: ctx.GetId(),
+	s, err := c.Execute(testutil.Context(t, execTimeout), connect.NewRequest(&pb.ExecuteRequest{ContextId: ctx.GetId(),
 		Code: "print('looping', flush=True)\nwhile True: pass"}))
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +325,7 @@ func TestServiceInterrupt(t *testing.T) {
 		t.Fatalf("first events: %v", first)
 	}
 	// The code runs: interrupt it.
-	if _, err := c.Interrupt(testCtx(t, time.Minute), connect.NewRequest(&pb.InterruptRequest{ContextId: ctx.GetId()})); err != nil {
+	if _, err := c.Interrupt(testutil.Context(t, time.Minute), connect.NewRequest(&pb.InterruptRequest{ContextId: ctx.GetId()})); err != nil {
 		t.Fatal(err)
 	}
 	rest := receive(t, s, (*pb.ExecuteResponse).GetEvent, -1)
@@ -342,7 +343,7 @@ func TestServiceInterrupt(t *testing.T) {
 	if got := rpcExecute(t, c, &pb.ExecuteRequest{ContextId: ctx.GetId(), Code: "kept"}).results()[0].GetText(); got != "5" {
 		t.Errorf("after the interrupt: %q", got)
 	}
-	if _, err := c.Interrupt(testCtx(t, time.Minute), connect.NewRequest(&pb.InterruptRequest{ContextId: ctx.GetId()})); err != nil {
+	if _, err := c.Interrupt(testutil.Context(t, time.Minute), connect.NewRequest(&pb.InterruptRequest{ContextId: ctx.GetId()})); err != nil {
 		t.Errorf("Interrupt of an idle context: %v", err)
 	}
 }
@@ -385,7 +386,7 @@ func TestServiceReattach(t *testing.T) {
 	t.Parallel()
 	c := svc(t)
 	ctx := rpcContext(t, c, "")
-	sctx, drop := context.WithCancel(testCtx(t, execTimeout))
+	sctx, drop := context.WithCancel(testutil.Context(t, execTimeout))
 	s, err := c.Execute(sctx, connect.NewRequest(&pb.ExecuteRequest{ContextId: ctx.GetId(),
 		Code: "import time\nfor i in range(40):\n    print(i, flush=True)\n    time.sleep(0.02)"}))
 	if err != nil {
@@ -401,7 +402,7 @@ func TestServiceReattach(t *testing.T) {
 	id := first.evs[0].GetStarted().GetExecutionId()
 	last := first.evs[3].GetSeq()
 
-	a, err := c.AttachExecution(testCtx(t, execTimeout), connect.NewRequest(&pb.AttachExecutionRequest{ExecutionId: id, FromSeq: last + 1}))
+	a, err := c.AttachExecution(testutil.Context(t, execTimeout), connect.NewRequest(&pb.AttachExecutionRequest{ExecutionId: id, FromSeq: last + 1}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +422,7 @@ func TestServiceReattach(t *testing.T) {
 	}
 
 	// From 0, anyone gets the whole execution again, started included.
-	a0, err := c.AttachExecution(testCtx(t, execTimeout), connect.NewRequest(&pb.AttachExecutionRequest{ExecutionId: id}))
+	a0, err := c.AttachExecution(testutil.Context(t, execTimeout), connect.NewRequest(&pb.AttachExecutionRequest{ExecutionId: id}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +442,7 @@ func TestServiceInterruptOnDisconnect(t *testing.T) {
 	t.Parallel()
 	c := svc(t)
 	ctx := rpcContext(t, c, "")
-	sctx, drop := context.WithCancel(testCtx(t, execTimeout))
+	sctx, drop := context.WithCancel(testutil.Context(t, execTimeout))
 	s, err := c.Execute(sctx, connect.NewRequest(&pb.ExecuteRequest{ContextId: ctx.GetId(), Code: "while True: pass", InterruptOnDisconnect: true}))
 	if err != nil {
 		t.Fatal(err)
@@ -452,7 +453,7 @@ func TestServiceInterruptOnDisconnect(t *testing.T) {
 	if first.err != nil {
 		t.Fatal(first)
 	}
-	a, err := c.AttachExecution(testCtx(t, execTimeout), connect.NewRequest(&pb.AttachExecutionRequest{ExecutionId: first.evs[0].GetStarted().GetExecutionId()}))
+	a, err := c.AttachExecution(testutil.Context(t, execTimeout), connect.NewRequest(&pb.AttachExecutionRequest{ExecutionId: first.evs[0].GetStarted().GetExecutionId()}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +479,7 @@ func TestServiceAttachEvicted(t *testing.T) {
 		t.Fatalf("%d bytes of stdout", n)
 	}
 	id := e.evs[0].GetStarted().GetExecutionId()
-	a, err := c.AttachExecution(testCtx(t, execTimeout), connect.NewRequest(&pb.AttachExecutionRequest{ExecutionId: id}))
+	a, err := c.AttachExecution(testutil.Context(t, execTimeout), connect.NewRequest(&pb.AttachExecutionRequest{ExecutionId: id}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +490,7 @@ func TestServiceAttachEvicted(t *testing.T) {
 	}
 	t.Logf("attach from 0: %v", lost.err)
 	endSeq := e.evs[len(e.evs)-1].GetSeq()
-	a2, err := c.AttachExecution(testCtx(t, execTimeout), connect.NewRequest(&pb.AttachExecutionRequest{ExecutionId: id, FromSeq: endSeq - 1}))
+	a2, err := c.AttachExecution(testutil.Context(t, execTimeout), connect.NewRequest(&pb.AttachExecutionRequest{ExecutionId: id, FromSeq: endSeq - 1}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +506,7 @@ func TestServiceAttachEvicted(t *testing.T) {
 // Keepalive-Ping-Interval; a queued one's too, before its started.
 func TestServiceKeepalive(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t, execTimeout)
+	ctx := testutil.Context(t, execTimeout)
 	clock := quartz.NewMock(t)
 	tickers := clock.Trap().NewTicker("keepalive")
 	defer tickers.Close()
@@ -585,7 +586,7 @@ func TestServiceContexts(t *testing.T) {
 	t.Parallel()
 	c := svc(t)
 	dir := t.TempDir()
-	resp, err := c.CreateContext(testCtx(t, kernelTimeout), connect.NewRequest(&pb.CreateContextRequest{Language: "Python", Cwd: dir}))
+	resp, err := c.CreateContext(testutil.Context(t, kernelTimeout), connect.NewRequest(&pb.CreateContextRequest{Language: "Python", Cwd: dir}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -594,7 +595,7 @@ func TestServiceContexts(t *testing.T) {
 	if cc.GetId() == "" || cc.GetLanguage() != "python" || cc.GetCwd() != dir {
 		t.Errorf("CreateContext: %v", cc)
 	}
-	list, err := c.ListContexts(testCtx(t, time.Minute), connect.NewRequest(&pb.ListContextsRequest{}))
+	list, err := c.ListContexts(testutil.Context(t, time.Minute), connect.NewRequest(&pb.ListContextsRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -606,7 +607,7 @@ func TestServiceContexts(t *testing.T) {
 		t.Errorf("ListContexts %v lacks %v", list.Msg.GetContexts(), cc)
 	}
 	rpcExecute(t, c, &pb.ExecuteRequest{ContextId: cc.GetId(), Code: "state = 1"})
-	rr, err := c.RestartContext(testCtx(t, kernelTimeout), connect.NewRequest(&pb.RestartContextRequest{ContextId: cc.GetId()}))
+	rr, err := c.RestartContext(testutil.Context(t, kernelTimeout), connect.NewRequest(&pb.RestartContextRequest{ContextId: cc.GetId()}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -617,10 +618,10 @@ func TestServiceContexts(t *testing.T) {
 	if e.stdout() != dir+"\n" || e.results()[0].GetText() != "False" {
 		t.Errorf("after the restart: %q, %v", e.stdout(), e.results())
 	}
-	if _, err := c.RemoveContext(testCtx(t, time.Minute), connect.NewRequest(&pb.RemoveContextRequest{ContextId: cc.GetId()})); err != nil {
+	if _, err := c.RemoveContext(testutil.Context(t, time.Minute), connect.NewRequest(&pb.RemoveContextRequest{ContextId: cc.GetId()})); err != nil {
 		t.Fatal(err)
 	}
-	s, err := c.Execute(testCtx(t, time.Minute), connect.NewRequest(&pb.ExecuteRequest{ContextId: cc.GetId(), Code: "1"}))
+	s, err := c.Execute(testutil.Context(t, time.Minute), connect.NewRequest(&pb.ExecuteRequest{ContextId: cc.GetId(), Code: "1"}))
 	if err == nil {
 		e := receive(t, s, (*pb.ExecuteResponse).GetEvent, -1)
 		s.Close()
@@ -652,7 +653,7 @@ func TestServiceBadInput(t *testing.T) {
 	if err := writeFile(file); err != nil {
 		t.Fatal(err)
 	}
-	ctx := testCtx(t, kernelTimeout)
+	ctx := testutil.Context(t, kernelTimeout)
 	exec := func(req *pb.ExecuteRequest) func() error {
 		return func() error {
 			s, err := c.Execute(ctx, connect.NewRequest(req))
@@ -757,7 +758,7 @@ func TestServiceBadInput(t *testing.T) {
 func TestServiceDisabled(t *testing.T) {
 	t.Parallel()
 	c := serveService(t, nil, codeconnect.Options{})
-	ctx := testCtx(t, time.Minute)
+	ctx := testutil.Context(t, time.Minute)
 	calls := map[string]func() error{
 		"Execute": func() error {
 			s, err := c.Execute(ctx, connect.NewRequest(&pb.ExecuteRequest{Code: "1"}))
@@ -803,7 +804,7 @@ func TestServiceNotReady(t *testing.T) {
 	eng := interpreter.New(interpreter.Options{Supervisor: sup, Logger: testLogger()})
 	t.Cleanup(eng.Close)
 	c := serveService(t, eng, codeconnect.Options{ReadyWait: 300 * time.Millisecond})
-	ctx := testCtx(t, time.Minute)
+	ctx := testutil.Context(t, time.Minute)
 	s, err := c.Execute(ctx, connect.NewRequest(&pb.ExecuteRequest{Code: "1"}))
 	err = rpcErr(s, err)
 	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), phase) || !strings.Contains(err.Error(), "waited up to 300ms; retry later") {
