@@ -11,6 +11,7 @@ import (
 	"github.com/coder/quartz"
 
 	"github.com/envd-dev/envd/internal/outbuf"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // bound is how long a test waits for something that happens at once; it
@@ -104,31 +105,6 @@ func drainNow(t *testing.T, r *outbuf.Reader) (got int64) {
 	}
 }
 
-// firstWait returns the first paced wait trapped by trap, or nil if the
-// writer finished (done closed) without ever waiting.
-func firstWait(ctx context.Context, t *testing.T, trap *quartz.Trap, done <-chan struct{}) *quartz.Call {
-	t.Helper()
-	calls := make(chan *quartz.Call, 1)
-	waitCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		if c, err := trap.Wait(waitCtx); err == nil {
-			calls <- c
-		}
-		close(calls)
-	}()
-	select {
-	case c := <-calls:
-		if c == nil {
-			t.Fatalf("no paced wait: %v", ctx.Err())
-		}
-		return c
-	case <-done:
-		cancel()
-		return <-calls // nil, unless the wait raced with the end (impossible: checked by the caller)
-	}
-}
-
 // TestPacedLateReaderAfterQuiet is the drift of issue 8 item 11: after a
 // second of quiet, a follower that comes 5 ms late into a 128 KiB burst
 // through a 64 KiB log loses nothing. The grace counts from when the writer
@@ -163,7 +139,7 @@ func TestPacedLateReaderAfterQuiet(t *testing.T) {
 		}
 		l.Close()
 	}()
-	if call := firstWait(ctx, t, trap, done); call != nil {
+	if call := testutil.FirstWait(ctx, t, trap, done); call != nil {
 		if call.Duration != grace {
 			t.Errorf("the writer waits %v for the reader, want the grace %v", call.Duration, grace)
 		}
@@ -201,7 +177,7 @@ func TestPacedStalledReaderLeftBehind(t *testing.T) {
 	defer trap.Close()
 	done := writePaced(ctx, l, total, chunk)
 
-	call := firstWait(ctx, t, trap, done)
+	call := testutil.FirstWait(ctx, t, trap, done)
 	if call == nil {
 		t.Fatal("the writer never waited for its followers")
 	}
@@ -382,7 +358,7 @@ func TestPacedMemoryBound(t *testing.T) {
 		}
 		l.Close()
 	}()
-	call := firstWait(ctx, t, trap, done)
+	call := testutil.FirstWait(ctx, t, trap, done)
 	if call == nil {
 		t.Fatal("the writer never waited")
 	}

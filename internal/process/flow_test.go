@@ -31,31 +31,6 @@ func paceContext(t *testing.T) context.Context {
 	return ctx
 }
 
-// firstWait returns the first paced wait trapped by trap, or nil if done
-// was closed (the program ended) without one.
-func firstWait(ctx context.Context, t *testing.T, trap *quartz.Trap, done <-chan struct{}) *quartz.Call {
-	t.Helper()
-	calls := make(chan *quartz.Call, 1)
-	waitCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		defer close(calls)
-		if c, err := trap.Wait(waitCtx); err == nil {
-			calls <- c
-		}
-	}()
-	select {
-	case c := <-calls:
-		if c == nil {
-			t.Fatalf("no paced wait: %v", ctx.Err())
-		}
-		return c
-	case <-done:
-		cancel()
-		return <-calls
-	}
-}
-
 // TestFlowLateReaderAfterQuiet: after a second of quiet, a follower that
 // comes 5 ms late into a 128 KiB burst through a 64 KiB log loses nothing
 // (issue 8 item 11, for process output).
@@ -92,7 +67,7 @@ func TestFlowLateReaderAfterQuiet(t *testing.T) {
 	if err := p.WriteStdin(ctx, []byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
-	if call := firstWait(ctx, t, trap, p.Done()); call != nil { // the drain waits for the reader
+	if call := testutil.FirstWait(ctx, t, trap, p.Done()); call != nil { // the drain waits for the reader
 		if call.Duration != time.Second {
 			t.Errorf("the drain waits %v for the reader, want the grace, 1s", call.Duration)
 		}
@@ -154,7 +129,7 @@ func TestFlowStalledReaderLeftBehind(t *testing.T) {
 	if err := p.WriteStdin(ctx, []byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
-	call := firstWait(ctx, t, trap, p.Done())
+	call := testutil.FirstWait(ctx, t, trap, p.Done())
 	if call == nil {
 		t.Fatal("the program ended without waiting for its reader")
 	}

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/procstat"
 )
@@ -342,4 +344,30 @@ func UnixClient(tb testing.TB, path string, timeout time.Duration) *http.Client 
 	}
 	tb.Cleanup(c.CloseIdleConnections)
 	return c
+}
+
+// FirstWait returns the first call trap catches, or nil if done is closed
+// (the code under test finished) before any; it fails the test if ctx ends
+// first.
+func FirstWait(ctx context.Context, tb testing.TB, trap *quartz.Trap, done <-chan struct{}) *quartz.Call {
+	tb.Helper()
+	calls := make(chan *quartz.Call, 1)
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		defer close(calls)
+		if c, err := trap.Wait(waitCtx); err == nil {
+			calls <- c
+		}
+	}()
+	select {
+	case c := <-calls:
+		if c == nil {
+			tb.Fatalf("no trapped call: %v", ctx.Err())
+		}
+		return c
+	case <-done:
+		cancel()
+		return <-calls
+	}
 }
