@@ -1,7 +1,9 @@
 // Package testutil holds the helpers that envd's tests share: bounded
-// waits, channel assertions, free ports, directories every user can reach,
-// the envd binary built once per test process, and the check that Jupyter
-// is installed. Only tests import it.
+// waits, channel assertions, free ports, accounts, directories every user
+// can reach, files and their owners, whether a process still runs, clients
+// of a unix socket, a clock trap's first call, the envd binary built once
+// per test process, and the check that Jupyter is installed. Only tests
+// import it.
 package testutil
 
 import (
