@@ -28,6 +28,7 @@ import (
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // Timeouts shared by every test of the process packages. They are generous:
@@ -218,9 +219,7 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 
 // Context returns a context that ends after d or with the test.
 func Context(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
+	return testutil.Context(t, d)
 }
 
 // KillAtCleanup pins a process a test learned the pid of (say a background child
