@@ -191,7 +191,16 @@ func (s *Supervisor) writeConfig(token string) error {
 	} else if err := s.writeFile(py, serverConfigPy, 0o644); err != nil {
 		return err
 	}
-	js, err := json.Marshal(map[string]any{"ServerApp": map[string]any{"token": token}})
+	js, err := json.Marshal(map[string]any{"ServerApp": map[string]any{
+		"token": token,
+		// No WebSocket pings: the server closes a kernel's WebSocket when a
+		// pong comes 90 s late, and a pong queues behind all the output the
+		// server has buffered for us (its buffer is unbounded): a large
+		// print read at a loaded machine's pace cut the connection, and
+		// the running code's outcome was lost. The server is on loopback;
+		// envd learns of dead kernels and servers its own ways.
+		"tornado_settings": map[string]any{"ws_ping_interval": 0},
+	}})
 	if err != nil {
 		return err
 	}
