@@ -159,6 +159,7 @@ func (c *Client) Connect(ctx context.Context, kernelID string, opts KernelOption
 	k.conn = conn
 	k.mu.Unlock()
 	k.startReader(conn)
+	c.conns.add(k)
 	return k, nil
 }
 
@@ -328,6 +329,7 @@ func (k *Kernel) Close() error {
 		// connection is closed either way.
 		_ = conn.Close(websocket.StatusNormalClosure, "")
 	}
+	k.client.conns.remove(k)
 	k.cancel()
 	k.readers.Wait()
 	k.watchers.Wait()
@@ -674,4 +676,48 @@ func (k *Kernel) remove(id string) {
 	k.mu.Lock()
 	delete(k.pending, id)
 	k.mu.Unlock()
+}
+
+// kernelConns are a client's open kernel connections by kernel id, so that
+// a kernel deleted through the client ends its connections at once: the
+// server leaves their WebSockets open, and the kernel's own shutdown_reply
+// does not come when the server had to kill it (a kernel slow to stop on a
+// loaded machine).
+type kernelConns struct {
+	mu   sync.Mutex
+	byID map[string]map[*Kernel]struct{} // guarded by mu
+}
+
+func (kc *kernelConns) add(k *Kernel) {
+	kc.mu.Lock()
+	defer kc.mu.Unlock()
+	if kc.byID == nil {
+		kc.byID = map[string]map[*Kernel]struct{}{}
+	}
+	if kc.byID[k.id] == nil {
+		kc.byID[k.id] = map[*Kernel]struct{}{}
+	}
+	kc.byID[k.id][k] = struct{}{}
+}
+
+func (kc *kernelConns) remove(k *Kernel) {
+	kc.mu.Lock()
+	defer kc.mu.Unlock()
+	delete(kc.byID[k.id], k)
+	if len(kc.byID[k.id]) == 0 {
+		delete(kc.byID, k.id)
+	}
+}
+
+// deleted ends the connections to kernel id: it is gone.
+func (kc *kernelConns) deleted(id string) {
+	kc.mu.Lock()
+	ks := make([]*Kernel, 0, len(kc.byID[id]))
+	for k := range kc.byID[id] {
+		ks = append(ks, k)
+	}
+	kc.mu.Unlock()
+	for _, k := range ks {
+		k.gone(ErrKernelDied)
+	}
 }

@@ -39,6 +39,7 @@ type Client struct {
 	// stale reports why this client's server is gone, or nil while it is
 	// alive. nil func: never stale (a client made with NewClient).
 	stale func() error
+	conns kernelConns // open kernel connections (kernel.go)
 }
 
 // NewClient returns a client for the server at baseURL (e.g.
@@ -168,9 +169,14 @@ func (c *Client) Kernel(ctx context.Context, id string) (*KernelModel, error) {
 }
 
 // DeleteKernel shuts a kernel down. The server does not close the kernel's
-// WebSockets: close any Kernel connected to it.
+// WebSockets: the Kernels connected to it through this client end at once
+// with ErrKernelDied (close them when done).
 func (c *Client) DeleteKernel(ctx context.Context, id string) error {
-	return c.do(ctx, "delete kernel", http.MethodDelete, kernelPath(id), nil, http.StatusNoContent, nil)
+	if err := c.do(ctx, "delete kernel", http.MethodDelete, kernelPath(id), nil, http.StatusNoContent, nil); err != nil {
+		return err
+	}
+	c.conns.deleted(id)
+	return nil
 }
 
 // InterruptKernel sends the kernel SIGINT (or an interrupt_request,
