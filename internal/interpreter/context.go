@@ -65,7 +65,14 @@ func (c *Context) Info() ContextInfo {
 }
 
 func (c *Context) kernelOptions() jupyter.KernelOptions {
-	o := jupyter.KernelOptions{Logger: c.eng.log}
+	o := jupyter.KernelOptions{
+		Logger: c.eng.log,
+		// The runner that takes the kernel's messages may itself wait up to
+		// ReaderGrace for a slow follower of the execution's log (pacing):
+		// the kernel's queue must wait longer than that before it drops
+		// output, or a reader that keeps up loses some on a loaded machine.
+		ReaderGrace: 2*c.eng.opts.ReaderGrace + time.Second,
+	}
 	if c.kernelName == "deno" {
 		o.PostIdleGrace = c.eng.opts.DenoGrace
 	}
