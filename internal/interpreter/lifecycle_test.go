@@ -154,8 +154,8 @@ func TestInterruptResent(t *testing.T) {
 	collect(t, rd)
 	x, rd, err := eng.Execute(ctx, interpreter.ExecuteRequest{ContextID: c.ID, Code: `import signal, time
 def swallow(*_):
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # before the print the test waits for
     print('swallowed', flush=True)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 signal.signal(signal.SIGINT, swallow)
 print('ready', flush=True)
 time.sleep(300)`})
