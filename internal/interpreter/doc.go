@@ -1,7 +1,7 @@
 // Package interpreter is the code-execution engine: it runs code
 // statefully in Jupyter kernels. Its two adapters live in their own
 // packages and use only its exported API: codehttp serves E2B's
-// code-interpreter HTTP API (shared/contracts/code-interpreter-http.md),
+// code-interpreter HTTP API (as the @e2b/code-interpreter SDK speaks it),
 // codeconnect envd's native Connect service (envd.interpreter.v1).
 //
 // The Engine owns contexts on top of one jupyter.Supervisor. A Context is

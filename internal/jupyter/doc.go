@@ -29,11 +29,12 @@
 // kernel is gone and old clients answer ErrServerRestarted. Kernel restarts
 // likewise show in k.Status().Restarts.
 //
-// Jupyter Server 1.23 (Debian bookworm) quirks this package absorbs are
-// described in shared/notes/runtime.md §7: the ~40 ms Nagle delay, iopub
-// messages lost right after a restart, kernels outside the server's process
-// group, 500s that mean "not found", single frames of any size for big
-// outputs.
+// Jupyter Server 1.23 (Debian bookworm) quirks this package absorbs: the
+// ~40 ms Nagle delay, iopub messages lost right after a restart, kernels
+// outside the server's process group, 500s that mean "not found", single
+// frames of any size for big outputs (decoded as a stream, frame.go), and
+// WebSocket pings that cut a connection whose pong queues behind output
+// (turned off in the server's config).
 //
 // This is a domain package: it uses net/http only as a client and knows
 // nothing of Connect or of the HTTP API above it.

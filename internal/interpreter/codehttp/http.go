@@ -1,5 +1,5 @@
-// Package codehttp serves E2B's code-interpreter HTTP API
-// (shared/contracts/code-interpreter-http.md) over an interpreter.Engine:
+// Package codehttp serves E2B's code-interpreter HTTP API (as the
+// @e2b/code-interpreter SDK speaks it) over an interpreter.Engine:
 // POST /execute streaming NDJSON (wire.go: ASCII-only lines, as the JS SDK
 // needs), GET/POST /contexts, DELETE /contexts/{id}, POST
 // /contexts/{id}/restart, and the code port's GET /health. It uses only
