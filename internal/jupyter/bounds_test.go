@@ -81,7 +81,11 @@ func drain(t *testing.T, ctx context.Context, e *jupyter.Execution, each func(*j
 // bounded (before: the frame was read whole, 1 GiB allowed, and decoded in
 // copies: +1516 MiB for 300 MiB).
 func TestHugePrintIsBounded(t *testing.T) {
-	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{})
+	// A reader that keeps up: under -race beside CPU burners this one
+	// takes about half a second per MiB, and once went more than the
+	// default ReaderGrace (1 s) without taking a message, so the queue
+	// dropped output. Dropping is TestStalledReaderIsBounded's subject.
+	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{ReaderGrace: time.Minute})
 	ctx := testutil.Context(t, 10*time.Minute)
 	mib := 100
 	if v := os.Getenv("ENVD_HUGE_PRINT_MIB"); v != "" {

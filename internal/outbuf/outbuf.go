@@ -276,13 +276,19 @@ func (l *Log) End() int64 {
 func (l *Log) Cursor(from int64) *Cursor {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return &Cursor{log: l, off: l.clampLocked(from)}
+}
+
+// clampLocked maps a starting offset as [Log.Cursor] documents: negative
+// means the oldest retained byte, and past End means End.
+func (l *Log) clampLocked(from int64) int64 {
 	switch {
 	case from < 0:
-		from = l.start
+		return l.start
 	case from > l.end:
-		from = l.end
+		return l.end
 	}
-	return &Cursor{log: l, off: from}
+	return from
 }
 
 // Cursor reads a [Log] from its own position, independently of other

@@ -83,13 +83,7 @@ type Reader struct {
 func (l *Log) Follow(from int64) *Reader {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch {
-	case from < 0:
-		from = l.start
-	case from > l.end:
-		from = l.end
-	}
-	r := &Reader{cur: Cursor{log: l, off: from}}
+	r := &Reader{cur: Cursor{log: l, off: l.clampLocked(from)}}
 	l.followers[r] = struct{}{}
 	return r
 }
