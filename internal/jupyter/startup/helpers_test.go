@@ -23,6 +23,10 @@ type cell struct {
 	Silent         bool     `json:"silent,omitempty"`
 	Timeout        float64  `json:"timeout,omitempty"`
 	InterruptAfter *float64 `json:"interrupt_after,omitempty"`
+	// TouchOnStream is a file the driver creates once the cell's first
+	// stream message reached it: code waiting for it proves its earlier
+	// output was streamed, with no clock involved.
+	TouchOnStream string `json:"touch_on_stream,omitempty"`
 }
 
 type message struct {

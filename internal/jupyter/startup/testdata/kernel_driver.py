@@ -9,7 +9,8 @@ Used by startup_test.go. Reads one JSON object on stdin:
                                      idle; such messages get "late": true
                                      (Deno sends console.log output after idle)
      "cells": [{"code": "...", "silent": false, "timeout": 60,
-                "interrupt_after": 1.5}]}   optional: interrupt the kernel then
+                "interrupt_after": 1.5,     optional: interrupt the kernel then
+                "touch_on_stream": "/p"}]}  optional: create /p on the first stream message
 
 and prints {"cells": [{"reply": {...execute_reply content...},
                        "messages": [{"msg_type", "content", "t"}],  iopub, in order
@@ -19,6 +20,7 @@ With {"list": true} it prints {"kernels": [names...]} instead.
 """
 
 import json
+import os
 import sys
 import time
 
@@ -95,6 +97,9 @@ def run_cell(km, kc, cell, grace):
         if idle_at is not None:
             record["late"] = True
         result["messages"].append(record)
+        touch = cell.get("touch_on_stream")
+        if touch and msg["msg_type"] == "stream" and not os.path.exists(touch):
+            open(touch, "w").close()
         if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
             idle_at = time.monotonic()
     while True:
