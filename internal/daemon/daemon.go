@@ -318,18 +318,26 @@ func (p *parts) stopChildren() {
 	timer := p.cfg.Clock.AfterFunc(p.cfg.ShutdownGrace, cancel, "shutdown", "children")
 	defer timer.Stop()
 	p.code.stop(grace)
+	// The two race to kill at the end of the grace (a process's group
+	// holds orphans-to-be, an orphan may lead a group): count both, and
+	// say it once.
 	var orphans sync.WaitGroup
-	orphans.Go(func() { stopOrphans(grace, p.log) })
-	p.procs.Shutdown(grace)
+	var orphansKilled int
+	orphans.Go(func() { orphansKilled = stopOrphans(grace) })
+	killed := p.procs.Shutdown(grace)
 	orphans.Wait()
+	if killed+orphansKilled > 0 {
+		p.log.Warn("killed children that ignored SIGTERM", "processes", killed, "orphans", orphansKilled)
+	}
 }
 
 // stopOrphans ends every process parented to envd: its own children and the
 // orphans reparented to it as their subreaper, including those that appear
 // while it runs (their parent just died). Each gets TERM once, as soon as it
 // is seen; whatever is left when grace ends gets KILL. Group leaders
-// (terminal sessions) are signalled as a group so their jobs go too.
-func stopOrphans(grace context.Context, log *slog.Logger) {
+// (terminal sessions) are signalled as a group so their jobs go too. It
+// returns how many it killed.
+func stopOrphans(grace context.Context) (killed int) {
 	signal := func(pid int, sig syscall.Signal) {
 		if pgid, err := syscall.Getpgid(pid); err == nil && pgid == pid {
 			syscall.Kill(-pid, sig)
@@ -344,7 +352,7 @@ func stopOrphans(grace context.Context, log *slog.Logger) {
 	for grace.Err() == nil {
 		kids := reaper.Children()
 		if len(kids) == 0 {
-			return
+			return 0
 		}
 		for _, pid := range kids {
 			if !termed[pid] {
@@ -357,17 +365,22 @@ func stopOrphans(grace context.Context, log *slog.Logger) {
 		case <-grace.Done():
 		}
 	}
+	seen := map[int]bool{}
 	for range 50 {
 		kids := reaper.Children()
 		if len(kids) == 0 {
-			return
+			return killed
 		}
 		for _, pid := range kids {
 			signal(pid, syscall.SIGKILL)
+			if !seen[pid] {
+				seen[pid] = true
+				killed++
+			}
 		}
-		log.Warn("killed children that ignored SIGTERM", "count", len(kids))
 		<-tick.C
 	}
+	return killed
 }
 
 // defaultUser picks the run-as user for requests that name none.

@@ -493,8 +493,9 @@ func (m *Manager) List() []*Process {
 }
 
 // Shutdown refuses new processes, sends every live one SIGTERM, and SIGKILL
-// to those still running when ctx ends. It returns when all have ended.
-func (m *Manager) Shutdown(ctx context.Context) {
+// to those still running when ctx ends. It returns when all have ended,
+// with how many it had to kill.
+func (m *Manager) Shutdown(ctx context.Context) (killed int) {
 	m.mu.Lock()
 	m.closed = true
 	m.mu.Unlock()
@@ -512,7 +513,9 @@ func (m *Manager) Shutdown(ctx context.Context) {
 		case <-p.Done():
 		case <-ctx.Done():
 			p.Signal(syscall.SIGKILL)
+			killed++
 			<-p.Done()
 		}
 	}
+	return killed
 }
