@@ -16,6 +16,7 @@ var (
 	ErrInvalid      = errors.New("invalid request")
 	ErrWrongState   = errors.New("process cannot do that")
 	ErrUnauthorized = errors.New("not allowed")
+	ErrPermission   = errors.New("permission denied")
 	ErrUnavailable  = errors.New("unavailable")
 	ErrExhausted    = errors.New("out of resources")
 )

@@ -23,6 +23,7 @@ func TestErrorCodes(t *testing.T) {
 		{"invalid", errorf(ErrInvalid, "cmd is empty"), connect.CodeInvalidArgument},
 		{"wrong state", errorf(ErrWrongState, "no terminal"), connect.CodeFailedPrecondition},
 		{"unauthorized", errorf(ErrUnauthorized, "no user"), connect.CodeUnauthenticated},
+		{"permission", errorf(ErrPermission, "cwd '/root/x': user 'user' may not enter '/root': permission denied"), connect.CodePermissionDenied},
 		{"shutting down", errorf(ErrUnavailable, "envd is shutting down"), connect.CodeUnavailable},
 		{"wrapped kind", fmt.Errorf("context: %w", errorf(ErrNotFound, "gone")), connect.CodeNotFound},
 		{"fork ENOMEM", spawnError(syscall.ENOMEM, "start x"), connect.CodeResourceExhausted},

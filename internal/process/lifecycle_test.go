@@ -47,7 +47,8 @@ func TestDefaultUserAndWorkdir(t *testing.T) {
 	if _, pwd := run(ptr("..")); pwd != filepath.Dir(u.Home) {
 		t.Errorf("cwd '..' with default workdir: pwd = %s, want %s", pwd, filepath.Dir(u.Home))
 	}
-	// A cwd the user may not enter is a bad cwd, named as such.
+	// A cwd the user may not enter is refused, naming the directory that
+	// stops the user (see TestCwdAsUser).
 	private := filepath.Join(t.TempDir(), "private") // TempDir's parent is root's, mode 0700 too
 	if err := os.Mkdir(private, 0o700); err != nil {
 		t.Fatal(err)
@@ -55,7 +56,7 @@ func TestDefaultUserAndWorkdir(t *testing.T) {
 	cfg := sh("pwd")
 	cfg.Cwd = &private
 	err := startCall(c, &pb.StartRequest{Process: cfg})(bounded(t))
-	wantErr(t, err, connect.CodeInvalidArgument, "cwd '"+private+"'", "user 'user' may not enter", "permission denied")
+	wantErr(t, err, connect.CodePermissionDenied, "cwd '"+private+"'", "user 'user' may not enter", "permission denied")
 }
 
 // TestEnvPrecedence: login env < daemon env (/init's and the fixed ones) <

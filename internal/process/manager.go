@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -43,14 +42,21 @@ type Options struct {
 	// lifetime timeouts and the grace a killed process's group gets to be
 	// gone. Zero: the real clock.
 	Clock quartz.Clock
+	// StrictUsers makes each process its starter's: a requesting user other
+	// than root finds (Get, Find, ListAs) only the processes started as
+	// itself, and the others look exactly like processes that do not exist.
+	// Zero: every caller finds every process, as upstream.
+	StrictUsers bool
 }
 
 // StartOptions says what to run and how.
 type StartOptions struct {
 	Config Config
 	Tag    *string
-	User   *identity.User
-	// Dir is the resolved working directory; it must exist.
+	// User runs the process, and owns it (see Options.StrictUsers).
+	User *identity.User
+	// Dir is the resolved working directory: a directory User may enter,
+	// which Start checks with User's own rights.
 	Dir   string
 	PTY   *Size
 	Stdin bool
@@ -103,6 +109,9 @@ func NewManager(opts Options) *Manager {
 // the command, give it its stdio, spawn it, register it, start its pumps.
 func (m *Manager) Start(o StartOptions) (*Process, error) {
 	if err := validate(o); err != nil {
+		return nil, err
+	}
+	if err := checkDir(o.User, o.Dir); err != nil {
 		return nil, err
 	}
 	if err := m.checkOpen(); err != nil {
@@ -158,10 +167,11 @@ func validate(o StartOptions) error {
 	if o.PTY != nil && (o.PTY.Cols == 0 || o.PTY.Rows == 0) {
 		return errorf(ErrInvalid, "terminal size %dx%d: cols and rows must both be at least 1", o.PTY.Cols, o.PTY.Rows)
 	}
-	if st, err := os.Stat(o.Dir); err != nil {
-		return errorf(ErrInvalid, "cwd '%s' does not exist", o.Dir)
-	} else if !st.IsDir() {
-		return errorf(ErrInvalid, "cwd '%s' is not a directory", o.Dir)
+	if o.Dir == "" {
+		return errorf(ErrInvalid, "cwd is empty: name the directory to run in")
+	}
+	if strings.ContainsRune(o.Dir, 0) {
+		return errorf(ErrInvalid, "cwd %q contains a NUL byte", o.Dir)
 	}
 	return nil
 }
@@ -201,6 +211,7 @@ func (m *Manager) command(o StartOptions) (*exec.Cmd, error) {
 func (m *Manager) newProcess(o StartOptions) *Process {
 	p := &Process{
 		tag:     o.Tag,
+		owner:   o.User.UID,
 		config:  o.Config,
 		log:     newLog(m.opts),
 		done:    make(chan struct{}),
@@ -268,10 +279,13 @@ func (p *Process) spawn(cmd *exec.Cmd, childEnds []*os.File, o StartOptions) (<-
 		if p.stdin != nil {
 			p.stdin.Close()
 		}
-		if d := unsearchable(o.User, o.Dir); d != "" && errors.Is(err, syscall.EACCES) {
-			// exec reports a cwd the user may not enter as "fork/exec
-			// <cmd>: permission denied": name the directory instead.
-			return nil, errorf(ErrInvalid, "cwd '%s': user '%s' may not enter '%s': permission denied", o.Dir, o.User.Name, d)
+		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
+			// exec reports a cwd that changed since checkDir as
+			// "fork/exec <cmd>: permission denied": name the directory
+			// instead, if it is the cause.
+			if derr := checkDir(o.User, o.Dir); derr != nil {
+				return nil, derr
+			}
 		}
 		return nil, spawnError(errors.Unwrap(err), "start %s", o.Config.Cmd)
 	}
@@ -334,37 +348,6 @@ func (m *Manager) env(o StartOptions) []string {
 		}
 	}
 	return env // exec.Cmd keeps the last value of a duplicated name
-}
-
-// unsearchable returns the first directory on the way to dir (itself
-// included) that u may not search, judged by its permission bits, or "".
-func unsearchable(u *identity.User, dir string) string {
-	if u.UID == 0 {
-		return ""
-	}
-	path := "/"
-	for _, part := range append([]string{""}, strings.Split(strings.Trim(dir, "/"), "/")...) {
-		path = filepath.Join(path, part)
-		st, err := os.Stat(path)
-		if err != nil {
-			return ""
-		}
-		sys, ok := st.Sys().(*syscall.Stat_t)
-		if !ok {
-			return ""
-		}
-		bit := os.FileMode(0o001) // others
-		switch {
-		case sys.Uid == u.UID:
-			bit = 0o100
-		case slices.Contains(u.Groups, sys.Gid):
-			bit = 0o010
-		}
-		if st.Mode().Perm()&bit == 0 {
-			return path
-		}
-	}
-	return ""
 }
 
 // openPTY opens a terminal pair with the given size. The master is made
@@ -430,10 +413,16 @@ func (m *Manager) retire(p *Process) {
 	})
 }
 
-// Selector picks a process by pid, or by tag when Tag is set.
+// Selector picks a process by pid, or by tag when Tag is set, among those
+// As may find.
 type Selector struct {
 	Pid uint32
 	Tag *string
+	// As is the requesting user. With Options.StrictUsers, a user other
+	// than root finds only the processes started as itself; the others
+	// answer exactly as processes that do not exist. Nil: envd itself,
+	// which finds every process.
+	As *identity.User
 }
 
 func (s Selector) String() string {
@@ -447,10 +436,10 @@ func (s Selector) String() string {
 func (m *Manager) Get(s Selector) (*Process, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if p := find(m.live, s); p != nil {
+	if p := m.find(m.live, s); p != nil {
 		return p, nil
 	}
-	if p := find(m.exited, s); p != nil {
+	if p := m.find(m.exited, s); p != nil {
 		return nil, errorf(ErrNotFound, "process with %s has already exited (%s)", s, p.exit.Status)
 	}
 	return nil, errorf(ErrNotFound, "process with %s not found", s)
@@ -460,34 +449,54 @@ func (m *Manager) Get(s Selector) (*Process, error) {
 func (m *Manager) Find(s Selector) (*Process, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if p := find(m.live, s); p != nil {
+	if p := m.find(m.live, s); p != nil {
 		return p, nil
 	}
-	if p := find(m.exited, s); p != nil {
+	if p := m.find(m.exited, s); p != nil {
 		return p, nil
 	}
 	return nil, errorf(ErrNotFound, "process with %s not found", s)
 }
 
-func find(ps map[uint32]*Process, s Selector) *Process {
+// find picks among the processes s.As may find: by pid, or the newest with
+// the tag (tags are not unique).
+func (m *Manager) find(ps map[uint32]*Process, s Selector) *Process {
 	if s.Tag == nil {
-		return ps[s.Pid]
+		if p := ps[s.Pid]; p != nil && m.sees(s.As, p) {
+			return p
+		}
+		return nil
 	}
-	// Tags are not unique: take the newest process with the tag.
 	var best *Process
 	for _, p := range ps {
-		if p.tag != nil && *p.tag == *s.Tag && (best == nil || p.pid > best.pid) {
+		if p.tag != nil && *p.tag == *s.Tag && m.sees(s.As, p) && (best == nil || p.pid > best.pid) {
 			best = p
 		}
 	}
 	return best
 }
 
-// List returns the live processes, by pid.
+// sees tells whether u may find p: always, but in strict mode, where a user
+// other than root finds only its own processes. Nil u is envd itself.
+func (m *Manager) sees(u *identity.User, p *Process) bool {
+	return !m.opts.StrictUsers || u == nil || u.UID == 0 || p.owner == u.UID
+}
+
+// List returns every live process, by pid.
 func (m *Manager) List() []*Process {
+	return m.ListAs(nil)
+}
+
+// ListAs returns the live processes u may find (see Selector.As), by pid.
+func (m *Manager) ListAs(u *identity.User) []*Process {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ps := slices.Collect(maps.Values(m.live))
+	var ps []*Process
+	for _, p := range m.live {
+		if m.sees(u, p) {
+			ps = append(ps, p)
+		}
+	}
 	slices.SortFunc(ps, func(a, b *Process) int { return int(a.pid) - int(b.pid) })
 	return ps
 }

@@ -3,11 +3,13 @@ package process_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/process/processtest"
 )
@@ -126,5 +128,49 @@ func TestManagerShutdown(t *testing.T) {
 	}
 	if _, err := m.Start(process.StartOptions{Config: process.Config{Cmd: "true"}, User: lookup(t, "root"), Dir: "/"}); !errors.Is(err, process.ErrUnavailable) {
 		t.Errorf("Start after Shutdown = %v, want ErrUnavailable (as elsewhere in envd)", err)
+	}
+}
+
+// TestManagerOwners: a process is owned by the user it was started as; in
+// strict mode another non-root requester finds nothing by its pid or tag,
+// with the message a missing process gets, while root and envd itself
+// (a nil As) find it. In default mode everyone finds it.
+func TestManagerOwners(t *testing.T) {
+	t.Parallel()
+	root := lookup(t, "root")
+	other := &identity.User{Name: "someone", UID: 54322, GID: 54322}
+	for _, strict := range []bool{false, true} {
+		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
+			t.Parallel()
+			m := newManager(t, process.Options{StrictUsers: strict})
+			tag := uniqueTag("owners")
+			p, err := m.Start(process.StartOptions{Config: process.Config{Cmd: "sleep", Args: []string{"30"}}, Tag: &tag, User: root, Dir: "/"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Owner() != root.UID {
+				t.Errorf("Owner = %d, want root's %d", p.Owner(), root.UID)
+			}
+			for _, as := range []*identity.User{nil, root, other} {
+				hidden := strict && as == other
+				for _, sel := range []process.Selector{{Pid: p.Pid(), As: as}, {Tag: &tag, As: as}} {
+					for name, get := range map[string]func(process.Selector) (*process.Process, error){"Get": m.Get, "Find": m.Find} {
+						got, err := get(sel)
+						switch {
+						case hidden && (!errors.Is(err, process.ErrNotFound) || err.Error() != fmt.Sprintf("process with %s not found", sel)):
+							t.Errorf("%s(%s) as %v = %v, %v; want not found", name, sel, as, got, err)
+						case !hidden && (err != nil || got != p):
+							t.Errorf("%s(%s) as %v = %v, %v; want %d", name, sel, as, got, err, p.Pid())
+						}
+					}
+				}
+				if ps := m.ListAs(as); hidden != (len(ps) == 0) {
+					t.Errorf("ListAs(%v) = %d processes, hidden %v", as, len(ps), hidden)
+				}
+			}
+			if len(m.List()) != 1 {
+				t.Errorf("List = %v, want the one process", m.List())
+			}
+		})
 	}
 }

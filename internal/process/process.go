@@ -4,6 +4,17 @@
 // follow at their own pace, and keeps their exit as state that a late reader
 // can still read.
 //
+// Who may do what. A process runs as the user its request names, with that
+// user's uid, gid and groups (a user other than root keeps no capability);
+// envd checks the cwd with
+// exactly that user's rights too (cwd.go), in every mode, so an answer tells
+// the caller no more than `cd` in a shell as that user would. Each process
+// is owned by the user it was started as. By default every caller finds
+// every process (List, Connect, input, signals), as upstream; with
+// Options.StrictUsers a user other than root finds only its own, and another
+// user's process answers exactly as one that does not exist (not found, by
+// pid or tag, running or ended). Root finds all.
+//
 // The domain (manager.go, process.go, pty.go) knows nothing of Connect or
 // HTTP; service.go is the one adapter that maps it to the process.Process
 // RPCs and its errors to Connect codes.
@@ -88,6 +99,7 @@ type Exit struct {
 type Process struct {
 	pid    uint32
 	tag    *string
+	owner  uint32 // the uid of the user it was started as
 	config Config
 	log    *outbuf.Log
 
@@ -121,6 +133,9 @@ func (p *Process) Pid() uint32 { return p.pid }
 
 // Tag is the caller's label for the process, if any.
 func (p *Process) Tag() *string { return p.tag }
+
+// Owner is the uid of the user the process was started as.
+func (p *Process) Owner() uint32 { return p.owner }
 
 // Config is the command as it was asked for.
 func (p *Process) Config() Config { return p.config }

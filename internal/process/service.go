@@ -14,6 +14,7 @@ import (
 	"github.com/envd-dev/envd/gen/process/processconnect"
 	"github.com/envd-dev/envd/internal/auth"
 	"github.com/envd-dev/envd/internal/defaults"
+	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/outbuf"
 	"github.com/envd-dev/envd/internal/server"
 	"github.com/envd-dev/envd/internal/streamloop"
@@ -66,24 +67,42 @@ var kindCodes = map[error]connect.Code{
 	ErrInvalid:      connect.CodeInvalidArgument,
 	ErrWrongState:   connect.CodeFailedPrecondition,
 	ErrUnauthorized: connect.CodeUnauthenticated,
+	ErrPermission:   connect.CodePermissionDenied,
 	ErrUnavailable:  connect.CodeUnavailable,
 	ErrExhausted:    connect.CodeResourceExhausted,
 	errInternal:     connect.CodeInternal,
 }
 
-func selector(s *pb.ProcessSelector) (Selector, error) {
-	switch v := s.GetSelector().(type) {
+// requester is the user a request acts as, who finds only the processes
+// the Manager lets it find (Selector.As). In strict mode a request must name
+// one; in default mode none (nil) finds every process, as before.
+func (s *Service) requester(ctx context.Context) (*identity.User, error) {
+	u := auth.UserFrom(ctx)
+	if u == nil && s.m.opts.StrictUsers {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("no user specified"))
+	}
+	return u, nil
+}
+
+// selector is the process a request names, as its requester finds it.
+func (s *Service) selector(ctx context.Context, sel *pb.ProcessSelector) (Selector, error) {
+	u, err := s.requester(ctx)
+	if err != nil {
+		return Selector{}, err
+	}
+	switch v := sel.GetSelector().(type) {
 	case *pb.ProcessSelector_Pid:
-		return Selector{Pid: v.Pid}, nil
+		return Selector{Pid: v.Pid, As: u}, nil
 	case *pb.ProcessSelector_Tag:
-		return Selector{Tag: &v.Tag}, nil
+		return Selector{Tag: &v.Tag, As: u}, nil
 	default:
 		return Selector{}, connect.NewError(connect.CodeInvalidArgument, errors.New("process selector is missing: give a pid or a tag"))
 	}
 }
 
-func (s *Service) get(sel *pb.ProcessSelector) (*Process, error) {
-	k, err := selector(sel)
+// get finds the live process a request names.
+func (s *Service) get(ctx context.Context, sel *pb.ProcessSelector) (*Process, error) {
+	k, err := s.selector(ctx, sel)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +157,7 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 // Connect attaches to a live or recently ended process: it replays the
 // output still retained, then follows live output, then sends the end.
 func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {
-	k, err := selector(req.Msg.GetProcess())
+	k, err := s.selector(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return err
 	}
@@ -225,9 +244,13 @@ func dataEvent(r outbuf.Record) *pb.ProcessEvent {
 	return &pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: d}}
 }
 
-// List returns the live processes.
+// List returns the live processes the requester may find.
 func (s *Service) List(ctx context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
-	ps := s.m.List()
+	u, err := s.requester(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ps := s.m.ListAs(u)
 	out := &pb.ListResponse{Processes: make([]*pb.ProcessInfo, 0, len(ps))}
 	for _, p := range ps {
 		c := p.Config()
@@ -242,7 +265,7 @@ func (s *Service) List(ctx context.Context, req *connect.Request[pb.ListRequest]
 
 // SendInput writes one chunk to stdin or the terminal.
 func (s *Service) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
-	p, err := s.get(req.Msg.GetProcess())
+	p, err := s.get(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +294,7 @@ func (s *Service) StreamInput(ctx context.Context, stream *connect.ClientStream[
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *pb.StreamInputRequest_Start:
 			var err error
-			if p, err = s.get(ev.Start.GetProcess()); err != nil {
+			if p, err = s.get(ctx, ev.Start.GetProcess()); err != nil {
 				return nil, err
 			}
 		case *pb.StreamInputRequest_Data:
@@ -303,7 +326,7 @@ func (s *Service) SendSignal(ctx context.Context, req *connect.Request[pb.SendSi
 	default:
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid signal: %s: send SIGNAL_SIGKILL or SIGNAL_SIGTERM", req.Msg.GetSignal()))
 	}
-	p, err := s.get(req.Msg.GetProcess())
+	p, err := s.get(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +338,7 @@ func (s *Service) SendSignal(ctx context.Context, req *connect.Request[pb.SendSi
 
 // CloseStdin closes the stdin pipe.
 func (s *Service) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
-	p, err := s.get(req.Msg.GetProcess())
+	p, err := s.get(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -327,7 +350,7 @@ func (s *Service) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseS
 
 // Update resizes the terminal; without a pty it changes nothing.
 func (s *Service) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
-	p, err := s.get(req.Msg.GetProcess())
+	p, err := s.get(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}

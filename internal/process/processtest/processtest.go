@@ -26,6 +26,7 @@ import (
 
 	"github.com/envd-dev/envd/gen/process/processconnect"
 	"github.com/envd-dev/envd/internal/defaults"
+	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/server"
 	"github.com/envd-dev/envd/internal/testutil"
@@ -57,6 +58,12 @@ type Options struct {
 	ReaderGrace time.Duration
 	// Clock goes to process.Options (zero: the real clock).
 	Clock quartz.Clock
+	// StrictUsers goes to process.Options.
+	StrictUsers bool
+	// Accounts are users that exist only for this server: a request whose
+	// Basic auth names one runs as it, though /etc/passwd does not know it
+	// (tests cannot add accounts to the machine). Others resolve as in envd.
+	Accounts []*identity.User
 }
 
 // Server is a served process service.
@@ -87,9 +94,14 @@ func New(t testing.TB, o Options) *Server {
 	defs := defaults.New(o.DefaultUser, FixedEnv)
 	m := process.NewManager(process.Options{
 		Logger: log, Env: defs.Env, LogSize: o.LogSize, Retention: o.Retention, ReaderGrace: o.ReaderGrace, Clock: o.Clock,
+		StrictUsers: o.StrictUsers,
 	})
 	// As daemon.Run wires it.
-	path, h := process.NewService(m, defs).Handler(server.HandlerOptions(log, defs)...)
+	opts := server.HandlerOptions(log, defs)
+	if len(o.Accounts) > 0 {
+		opts = withAccounts(opts, o.Accounts)
+	}
+	path, h := process.NewService(m, defs).Handler(opts...)
 	handler, err := server.New(server.Options{Logger: log, Routes: []server.Route{{Pattern: path, Handler: h}}})
 	if err != nil {
 		t.Fatalf("build routes: %v", err)
