@@ -239,6 +239,24 @@ func TestDefaultModeCreatesForUser(t *testing.T) {
 	owned(top2 + "/moved")
 	owned(top2 + "/moved/mine")
 
+	// A new file right in root's directory: root makes it for the user,
+	// and renames it into place only if nothing came there meanwhile.
+	if err := write(priv+"/flat.txt", "flat"); err != nil {
+		t.Fatal(err)
+	}
+	owned(priv + "/flat.txt")
+	up, err := e.files.Create(usr, priv+"/raced.txt", map[string]string{"k": "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(up, "user's")
+	testutil.WriteFile(t, priv+"/raced.txt", "root's", 0o644)
+	wantKind(t, up.Commit(), filesystem.ErrExists, "cannot write "+priv+"/raced.txt")
+	if b, _ := os.ReadFile(priv + "/raced.txt"); string(b) != "root's" || testutil.Owner(t, priv+"/raced.txt") != 0 {
+		t.Error("root's file changed")
+	}
+	noTempIn(t, priv)
+
 	// Root overwrites nothing for the user.
 	testutil.WriteFile(t, priv+"/roots.txt", "root's", 0o644)
 	wantKind(t, write(priv+"/roots.txt", "x"), filesystem.ErrPermission, "user 'user' may not write "+priv+"/roots.txt")
@@ -250,7 +268,7 @@ func TestDefaultModeCreatesForUser(t *testing.T) {
 	os.Lchown(dir+"/ulink", int(usr.UID), int(usr.GID))
 	wantKind(t, write(dir+"/ulink/via-link.txt", "x"), filesystem.ErrPermission, "user 'user' may not write "+dir+"/ulink/via-link.txt")
 	wantKind(t, write(dir+"/ulink/new/via-link.txt", "x"), filesystem.ErrPermission, "user 'user'")
-	_, err := e.files.MakeDir(usr, dir+"/ulink/newdir")
+	_, err = e.files.MakeDir(usr, dir+"/ulink/newdir")
 	wantKind(t, err, filesystem.ErrPermission, "user 'user' may not create directory")
 	// Nor in a directory another user controls.
 	other := dir + "/guests"
@@ -365,9 +383,8 @@ func BenchmarkStatDoVsDoStrict(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := filepath.Join(b.TempDir(), "f")
-	os.WriteFile(p, []byte("x"), 0o644)
-	os.Chmod(filepath.Dir(p), 0o755)
+	p := filepath.Join(testutil.WorkDir(b), "f")
+	testutil.WriteFile(b, p, "x", 0o644)
 	statAs := func(do func(func() error) error) error {
 		return do(func() error { _, err := os.Lstat(p); return err })
 	}

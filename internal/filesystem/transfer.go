@@ -133,23 +133,33 @@ func (f *Files) Create(u *identity.User, path string, md map[string]string) (*Up
 		return nil, err
 	}
 	up := &Upload{f: f, u: u, target: path, dir: -1}
-	err := f.write(u, func() error { return up.prepare(path) })
-	if err != nil && f.rootMayCreate(err) && up.createTemp(path) {
-		err = nil
-	}
-	if err == nil && len(md) > 0 {
-		// On the descriptor: no path is followed.
-		ok, merr := writeMetadata(int(up.file.Fd()), md)
-		if merr != nil {
-			err = osErr(u.Name, "set metadata of", path, merr)
+	err := f.write(u, func() error {
+		if err := up.prepare(path); err != nil {
+			return err
 		}
-		up.meta = ok
+		return up.setMetadata(md)
+	})
+	if err != nil && f.rootMayCreate(err) && up.createTemp(path) {
+		err = up.as(func() error { return up.setMetadata(md) })
 	}
 	if err != nil {
 		up.discard()
 		return nil, err
 	}
 	return up, nil
+}
+
+// setMetadata stores md on the temporary file, through its descriptor.
+func (up *Upload) setMetadata(md map[string]string) error {
+	if len(md) == 0 {
+		return nil
+	}
+	ok, err := writeMetadata(int(up.file.Fd()), md)
+	if err != nil {
+		return osErr(up.u.Name, "set metadata of", up.target, err)
+	}
+	up.meta = ok
+	return nil
 }
 
 // prepare creates the temporary file as the user (Files.write).
