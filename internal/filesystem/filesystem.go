@@ -165,7 +165,7 @@ func (f *Files) MakeDir(u *identity.User, path string) (Entry, error) {
 		return mkdirAll(u.Name, path)
 	})
 	if err != nil && f.rootMayCreate(err) {
-		fd, created, ferr := f.createDirs(u, path)
+		fd, created, _, ferr := f.createDirs(u, path)
 		if ferr == nil {
 			unix.Close(fd)
 			err = nil
@@ -242,7 +242,7 @@ func (f *Files) Move(u *identity.User, src, dst string) (Entry, error) {
 	})
 	if err != nil && parentErr && f.rootMayCreate(err) {
 		// Only the parents: the move itself is the user's to make.
-		if fd, _, ferr := f.createDirs(u, filepath.Dir(dst)); ferr == nil {
+		if fd, _, _, ferr := f.createDirs(u, filepath.Dir(dst)); ferr == nil {
 			unix.Close(fd)
 			err = nil
 		}

@@ -31,6 +31,12 @@ import (
 //     overwrites, moves, removes or chmods an existing entry for a user,
 //     and never follows a symlink. A deliberate difference from upstream,
 //     which would also overwrite a root-owned file and give it to the user.
+//     Root creates only in a directory only root can change, reached from /
+//     through names only root can change (createDirs): elsewhere the user
+//     could have swapped in the directory root writes to. So a user's write
+//     below a directory someone else may write (another user's, or a
+//     world-writable one without the sticky bit) gets the user's own error,
+//     where upstream would write as root.
 
 // read runs fn for a read as u: DoStrict in strict mode, else as envd.
 func (f *Files) read(u *identity.User, fn func() error) error {
@@ -70,6 +76,21 @@ func rootOnly(fd int) bool {
 	return st.Uid == 0 && st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Mode&0o022 == 0
 }
 
+// rootBound tells whether only root can change which directory the name
+// of child in parent leads to: parent is rootOnly, or it is root's sticky
+// directory (as /tmp) and child is root's too (there only the owners of the
+// entry or of the directory may rename or remove it).
+func rootBound(parent, child int) bool {
+	if rootOnly(parent) {
+		return true
+	}
+	var ps, cs unix.Stat_t
+	if unix.Fstat(parent, &ps) != nil || unix.Fstat(child, &cs) != nil {
+		return false
+	}
+	return ps.Uid == 0 && ps.Mode&unix.S_ISVTX != 0 && cs.Uid == 0
+}
+
 // openDirNoFollow opens name in the directory dirfd with O_PATH, only if it
 // is a directory and not a symlink.
 func openDirNoFollow(dirfd int, name string) (int, error) {
@@ -98,36 +119,44 @@ func components(p string) []string {
 // to dir as root, one component at a time, never following a symlink (a
 // symlink, or a file, on the way fails with ENOTDIR or ELOOP: the caller
 // then gives the user's own error), and creates each missing directory
-// (mkdirDir). It returns an O_PATH descriptor of dir, and whether dir itself
-// was created. Run as envd, outside User.Do.
-func (f *Files) createDirs(u *identity.User, dir string) (fd int, created bool, err error) {
+// (mkdirDir). It returns an O_PATH descriptor of dir; whether dir itself was
+// created; and pinned: whether every name on the way is bound by root only
+// (rootBound), so that no sandbox code can have chosen, by renaming
+// directories, which directory dir is. Root creates only in a pinned,
+// rootOnly directory. Run as envd, outside User.Do.
+func (f *Files) createDirs(u *identity.User, dir string) (fd int, created, pinned bool, err error) {
 	fd, err = unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, false, err
+		return -1, false, false, err
 	}
+	pinned = rootOnly(fd)
 	for _, name := range components(dir) {
 		next, err := openDirNoFollow(fd, name)
 		created = false
 		if errors.Is(err, unix.ENOENT) {
-			next, err = f.mkdirDir(u, fd, name)
+			next, err = f.mkdirDir(u, fd, name, pinned)
 			created = err == nil
+		}
+		if err == nil {
+			pinned = pinned && rootBound(fd, next)
 		}
 		unix.Close(fd)
 		if err != nil {
-			return -1, false, err
+			return -1, false, false, err
 		}
 		fd = next
 	}
-	return fd, created, nil
+	return fd, created, pinned, nil
 }
 
 // mkdirDir creates the directory name in dirfd for u and opens it. In a
-// directory only root can change, root makes it, opens it without following
+// directory only root can change (pinned: reached through names only root
+// can change, and rootOnly), root makes it, opens it without following
 // anything, and gives the open directory to u (fchown on the descriptor:
 // nothing can be swapped in between there). Elsewhere u makes it, with u's
 // own permissions (on the same descriptor), or it is not made.
-func (f *Files) mkdirDir(u *identity.User, dirfd int, name string) (int, error) {
-	if !rootOnly(dirfd) {
+func (f *Files) mkdirDir(u *identity.User, dirfd int, name string, pinned bool) (int, error) {
+	if !pinned || !rootOnly(dirfd) {
 		err := u.Do(func() error { return unix.Mkdirat(dirfd, name, 0o755) })
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return -1, err

@@ -187,7 +187,9 @@ func TestDefaultModeCreatesForUser(t *testing.T) {
 	e := newEnv(t, filesystem.Options{})
 	usr := testutil.User(t, "user")
 	dir := testutil.WorkDir(t)
-	priv := testutil.PrivateDir(t)
+	// Root's 0700 directory, in root's directory in /tmp: only root can
+	// change it or the names that lead to it.
+	priv := t.TempDir()
 
 	owned := func(p string) {
 		t.Helper()
@@ -282,6 +284,18 @@ func TestDefaultModeCreatesForUser(t *testing.T) {
 			t.Errorf("%s was made", p)
 		}
 	}
+	// Nor in root's directory when user could have put it there: the 0777
+	// WorkDir lets user rename its entries.
+	swappable := testutil.PrivateDir(t)
+	wantKind(t, write(swappable+"/x.txt", "x"), filesystem.ErrPermission, "user 'user' may not write "+swappable+"/x.txt")
+	_, err = e.files.MakeDir(usr, swappable+"/d")
+	wantKind(t, err, filesystem.ErrPermission, "user 'user' may not create directory "+swappable+"/d")
+	for _, p := range []string{swappable + "/x.txt", swappable + "/d"} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s was made", p)
+		}
+	}
+	noTempIn(t, swappable)
 	// Remove stays the user's own.
 	wantKind(t, e.files.Remove(usr, priv+"/roots.txt"), filesystem.ErrPermission, "user 'user' may not remove")
 	noTempIn(t, priv)

@@ -235,12 +235,14 @@ func TestMakeDir(t *testing.T) {
 		t.Error("the refused directory was made")
 	}
 	// The default mode makes, as upstream, what user may not make, and
-	// gives it to user.
-	if _, err := e.user.MakeDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.MakeDirRequest{Path: priv + "/x/y"})); err != nil {
+	// gives it to user, in a directory only root can change (a TempDir:
+	// root's 0700, in root's directory in /tmp).
+	rootDir := t.TempDir()
+	if _, err := e.user.MakeDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.MakeDirRequest{Path: rootDir + "/x/y"})); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"/x", "/x/y"} {
-		if uid := testutil.Owner(t, priv+p); uid != usr.UID {
+		if uid := testutil.Owner(t, rootDir+p); uid != usr.UID {
 			t.Errorf("%s belongs to %d, want the user", p, uid)
 		}
 	}

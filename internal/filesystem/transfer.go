@@ -221,13 +221,14 @@ func (up *Upload) prepare(path string) error {
 // create (modes.go): as root, it walks to the target's directory creating
 // what is missing (createDirs), then, only when no entry is at the target,
 // makes the temporary file there, as root in a directory only root can
-// change (O_EXCL, O_NOFOLLOW, then given to u by fchown before anything is
-// written), else as u through the same descriptor. It tells whether the
+// change, reached through names only root can change (O_EXCL, O_NOFOLLOW,
+// then given to u by fchown before anything is written), else as u through
+// the same descriptor. It tells whether the
 // temporary file is ready; when not, the caller gives the user's own error.
 func (up *Upload) createTemp(path string) bool {
 	up.discard()
 	up.target = path
-	dir, _, err := up.f.createDirs(up.u, filepath.Dir(path))
+	dir, _, pinned, err := up.f.createDirs(up.u, filepath.Dir(path))
 	if err != nil {
 		return false
 	}
@@ -239,7 +240,7 @@ func (up *Upload) createTemp(path string) bool {
 	}
 	tmp := tempName()
 	var fd int
-	if rootOnly(dir) {
+	if pinned && rootOnly(dir) {
 		fd, err = unix.Openat(dir, tmp, tempFlags, 0o666)
 		if err != nil {
 			return false

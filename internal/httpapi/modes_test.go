@@ -54,7 +54,7 @@ func TestDefaultModeUploadCreatesForUser(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
 	usr := testutil.User(t, "user")
-	priv := testutil.PrivateDir(t)
+	priv := t.TempDir() // root's 0700, reached through names only root can change
 	octet := hdr("Content-Type", "application/octet-stream")
 
 	// As upstream's `/0/file.txt`: a missing directory at the root.
