@@ -63,11 +63,15 @@ var (
 	ErrSignatureMissing = errors.New("missing signature query parameter")
 	ErrSignatureExpired = errors.New("signature is already expired")
 	ErrSignatureInvalid = errors.New("invalid signature")
+	// ErrSignatureNoPath: a signature binds one exact path, and one made
+	// for no path authorizes nothing (not every multipart filename).
+	ErrSignatureNoPath = errors.New("a signed URL must name its file: the path query parameter is empty, and a signature for an empty path authorizes nothing; sign the exact path of the file and send it as the path parameter")
 )
 
 // Sign returns the signature for a /files URL: "v1_" and the unpadded
 // base64 of SHA-256 over "path:operation:username:token[:expiration]".
 // operation is "read" or "write"; expiration is unix seconds, 0 for none.
+// A signature for an empty path is refused by CheckSignature.
 func Sign(path, operation, username, token string, expiration int64) string {
 	s := path + ":" + operation + ":" + username + ":" + token
 	if expiration != 0 {
@@ -78,10 +82,15 @@ func Sign(path, operation, username, token string, expiration int64) string {
 }
 
 // CheckSignature validates a signed /files URL against the token.
-// expiration is the raw signature_expiration value, empty for none.
+// expiration is the raw signature_expiration value, empty for none. The
+// signature binds path exactly: an empty path is refused
+// (ErrSignatureNoPath), whatever the signature.
 func (t *Token) CheckSignature(sig, path, operation, username, expiration string, now time.Time) error {
 	if sig == "" {
 		return ErrSignatureMissing
+	}
+	if path == "" {
+		return ErrSignatureNoPath
 	}
 	var exp int64
 	if expiration != "" {

@@ -163,6 +163,9 @@ func TestCheckSignature(t *testing.T) {
 		{name: "signed with expiration, sent without", sig: auth.Sign(path, "read", user, tok, future), path: path, op: "read", user: user, wantErr: auth.ErrSignatureInvalid},
 		{name: "other token", sig: auth.Sign(path, "read", user, "other", 0), path: path, op: "read", user: user, wantErr: auth.ErrSignatureInvalid},
 		{name: "bad expiration", sig: valid, path: path, op: "read", user: user, exp: "tomorrow", wantErr: auth.ErrSignatureInvalid, wantSubstr: `"tomorrow" is not unix seconds`},
+		// A signature made for no path authorizes nothing, valid or not.
+		{name: "signed for an empty path", sig: auth.Sign("", "write", user, tok, 0), path: "", op: "write", user: user, wantErr: auth.ErrSignatureNoPath, wantSubstr: "sign the exact path"},
+		{name: "signed for an empty path with expiration", sig: auth.Sign("", "read", user, tok, future), path: "", op: "read", user: user, exp: strconv.FormatInt(future, 10), wantErr: auth.ErrSignatureNoPath},
 		{name: "expiration overflows", sig: valid, path: path, op: "read", user: user, exp: "99999999999999999999", wantErr: auth.ErrSignatureInvalid, wantSubstr: "not unix seconds"},
 	}
 	var token auth.Token

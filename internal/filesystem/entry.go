@@ -52,7 +52,8 @@ type Entry struct {
 }
 
 // describe builds the Entry of path from its lstat info. It runs inside
-// User.Do: following the link and reading attributes are done as the user.
+// Files.read or Files.write: following the link and reading attributes are
+// done with the rights of the operation.
 func describe(path string, fi fs.FileInfo, names *nameCache) Entry {
 	e := Entry{
 		Name:    fi.Name(),

@@ -2,11 +2,15 @@
 // describe, list, create, move, remove, read and atomically write them, and
 // watch directories for changes.
 //
-// Every operation takes the run-as user explicitly and runs with that user's
-// permissions (identity.User.Do): a user cannot read a file they may not
-// read, nor write into a directory they may not write, and what they create
-// belongs to them. Paths are absolute and already resolved (identity.User.
-// Resolve); errors match one of the Err kinds of this package.
+// Every operation takes the run-as user explicitly. What that user may do
+// depends on the mode (Options.StrictUsers, modes.go): in strict mode,
+// exactly what a shell as that user may do; by default, upstream's
+// behaviour: reads of any file, writes as the user, and the missing parents
+// and new files upstream would create as root created by root for the user,
+// without ever following a path sandbox code can change. What a user
+// creates belongs to them. Paths are absolute and already resolved
+// (identity.User.Resolve); errors match one of the Err kinds of this
+// package.
 //
 // This package knows nothing of Connect or HTTP: service.go adapts it to
 // the filesystem.Filesystem procedures, internal/httpapi to /files.
@@ -23,6 +27,7 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
+	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/identity"
 )
@@ -50,6 +55,11 @@ type Options struct {
 	// Clock is the clock of polling watchers' idle time and of WatchDir
 	// streams' keepalives. Zero: the real one.
 	Clock quartz.Clock
+	// StrictUsers gives every operation exactly the rights its user has in
+	// a shell (identity.User.DoStrict). Zero: upstream's behaviour, reads
+	// as root and writes as the user, with root creating missing parents
+	// and new files for the user where only root can (modes.go).
+	StrictUsers bool
 }
 
 // Default limits of watches: a few hundred watches cover any client's
@@ -124,7 +134,7 @@ func (f *Files) Stat(u *identity.User, path string) (Entry, error) {
 		return Entry{}, err
 	}
 	var e Entry
-	err := u.Do(func() error {
+	err := f.read(u, func() error {
 		var err error
 		e, _, err = lstatEntry(path, newNameCache())
 		if err != nil {
@@ -144,8 +154,7 @@ func (f *Files) MakeDir(u *identity.User, path string) (Entry, error) {
 	if err := checkPath(path); err != nil {
 		return Entry{}, err
 	}
-	var e Entry
-	err := u.Do(func() error {
+	err := f.write(u, func() error {
 		fi, err := os.Stat(path)
 		switch {
 		case err == nil && fi.IsDir():
@@ -153,9 +162,24 @@ func (f *Files) MakeDir(u *identity.User, path string) (Entry, error) {
 		case err == nil:
 			return newErr(ErrInvalid, nil, "path already exists but it is not a directory: %s", path)
 		}
-		if err := mkdirAll(u.Name, path); err != nil {
-			return err
+		return mkdirAll(u.Name, path)
+	})
+	if err != nil && f.rootMayCreate(err) {
+		fd, created, _, ferr := f.createDirs(u, path)
+		if ferr == nil {
+			unix.Close(fd)
+			err = nil
+			if !created {
+				err = newErr(ErrExists, nil, "directory already exists: %s", path)
+			}
 		}
+	}
+	if err != nil {
+		return Entry{}, err
+	}
+	var e Entry
+	err = f.read(u, func() error {
+		var err error
 		e, _, err = lstatEntry(path, newNameCache())
 		if err != nil {
 			return osErr(u.Name, "access", path, err)
@@ -165,7 +189,8 @@ func (f *Files) MakeDir(u *identity.User, path string) (Entry, error) {
 	return e, err
 }
 
-// mkdirAll creates dir and its missing parents. It runs inside User.Do.
+// mkdirAll creates dir and its missing parents. It runs as the user
+// (Files.write).
 func mkdirAll(userName, dir string) error {
 	var missing []string
 	for p := dir; ; {
@@ -203,17 +228,30 @@ func (f *Files) Move(u *identity.User, src, dst string) (Entry, error) {
 	if err := checkPath(dst); err != nil {
 		return Entry{}, err
 	}
-	var e Entry
-	err := u.Do(func() error {
+	var parentErr bool // the failure was making dst's parents
+	err := f.write(u, func() error {
 		if _, err := os.Lstat(src); err != nil {
 			if kindOf(err) == ErrNotFound {
 				return newErr(ErrNotFound, err, "source file not found: rename %s %s: %v", src, dst, syscall.ENOENT)
 			}
 			return osErr(u.Name, "access", src, err)
 		}
-		if err := mkdirAll(u.Name, filepath.Dir(dst)); err != nil {
-			return err
+		err := mkdirAll(u.Name, filepath.Dir(dst))
+		parentErr = err != nil
+		return err
+	})
+	if err != nil && parentErr && f.rootMayCreate(err) {
+		// Only the parents: the move itself is the user's to make.
+		if fd, _, _, ferr := f.createDirs(u, filepath.Dir(dst)); ferr == nil {
+			unix.Close(fd)
+			err = nil
 		}
+	}
+	if err != nil {
+		return Entry{}, err
+	}
+	var e Entry
+	err = f.write(u, func() error {
 		if err := os.Rename(src, dst); err != nil {
 			var le *os.LinkError
 			cause := err
@@ -257,7 +295,7 @@ func (f *Files) ListDir(u *identity.User, dir string, depth uint32) ([]Entry, er
 		depth = 1
 	}
 	var out []Entry
-	err := u.Do(func() error {
+	err := f.read(u, func() error {
 		fi, err := os.Stat(dir)
 		if err != nil {
 			switch kindOf(err) {
@@ -313,7 +351,8 @@ func (f *Files) Remove(u *identity.User, path string) error {
 	if filepath.Clean(path) == "/" {
 		return newErr(ErrInvalid, nil, "refusing to remove /")
 	}
-	return u.Do(func() error {
+	// As the user in both modes: root never removes anything for a user.
+	return f.write(u, func() error {
 		if err := os.RemoveAll(path); err != nil {
 			return osErr(u.Name, "remove", path, err)
 		}

@@ -133,7 +133,7 @@ func TestStatPaths(t *testing.T) {
 
 func TestStatErrors(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, filesystem.Options{})
+	e := newEnv(t, filesystem.Options{StrictUsers: true})
 	priv := testutil.PrivateDir(t)
 	testutil.WriteFile(t, filepath.Join(priv, "secret"), "x", 0o644)
 	dir := testutil.WorkDir(t)
@@ -174,6 +174,8 @@ func TestStatErrors(t *testing.T) {
 	}
 	// Root may read it; the service still answers.
 	stat(t, e.root, priv+"/secret")
+	// The default mode reads as root, as upstream.
+	stat(t, newEnv(t, filesystem.Options{}).user, priv+"/secret")
 }
 
 func TestMakeDir(t *testing.T) {
@@ -199,23 +201,31 @@ func TestMakeDir(t *testing.T) {
 	testutil.WriteFile(t, dir+"/file", "x", 0o644)
 	priv := testutil.PrivateDir(t)
 	tests := []struct {
-		name string
-		path string
-		user bool
-		code connect.Code
-		msg  string
+		name   string
+		path   string
+		user   bool
+		strict bool
+		code   connect.Code
+		msg    string
 	}{
 		{name: "exists", path: dir + "/d1/d2", code: connect.CodeAlreadyExists, msg: "directory already exists: " + dir + "/d1/d2"},
 		{name: "over a file", path: dir + "/file", code: connect.CodeInvalidArgument, msg: "path already exists but it is not a directory: " + dir + "/file"},
 		{name: "below a file", path: dir + "/file/sub", code: connect.CodeInvalidArgument, msg: dir + "/file is a file"},
-		{name: "in a dir the user may not write", path: priv + "/x", user: true, code: connect.CodePermissionDenied, msg: "user 'user' may not"},
-		{name: "in root's home", path: "/root/envd-test-should-not-exist", user: true, code: connect.CodePermissionDenied},
+		{name: "in a dir the user may not write", path: priv + "/x", user: true, strict: true, code: connect.CodePermissionDenied, msg: "user 'user' may not"},
+		{name: "in root's home", path: "/root/envd-test-should-not-exist", user: true, strict: true, code: connect.CodePermissionDenied},
+		{name: "exists, in a dir the user may not enter", path: priv, user: true, code: connect.CodeAlreadyExists, msg: "directory already exists: " + priv},
+		{name: "below a root file, in a dir the user may not enter", path: priv + "/f/sub", user: true, code: connect.CodePermissionDenied, msg: "user 'user' may not"},
 	}
+	testutil.WriteFile(t, priv+"/f", "x", 0o644)
+	es := newEnv(t, filesystem.Options{StrictUsers: true})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := e.root
 			if tt.user {
 				c = e.user
+			}
+			if tt.strict {
+				c = es.user
 			}
 			_, err := c.MakeDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.MakeDirRequest{Path: tt.path}))
 			wantErr(t, err, tt.code, tt.msg)
@@ -223,6 +233,18 @@ func TestMakeDir(t *testing.T) {
 	}
 	if _, err := os.Stat(priv + "/x"); err == nil {
 		t.Error("the refused directory was made")
+	}
+	// The default mode makes, as upstream, what user may not make, and
+	// gives it to user, in a directory only root can change (a TempDir:
+	// root's 0700, in root's directory in /tmp).
+	rootDir := t.TempDir()
+	if _, err := e.user.MakeDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.MakeDirRequest{Path: rootDir + "/x/y"})); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/x", "/x/y"} {
+		if uid := testutil.Owner(t, rootDir+p); uid != usr.UID {
+			t.Errorf("%s belongs to %d, want the user", p, uid)
+		}
 	}
 }
 
@@ -310,11 +332,20 @@ func TestListDir(t *testing.T) {
 		t.Errorf("first path %q, want %q", got, link+"/a")
 	}
 
-	// Children of a directory the user may not read are left out.
+	// In strict mode, children of a directory the user may not read are
+	// left out; the default mode lists them, as upstream.
 	priv := filepath.Join(dir, "sub", "private")
 	os.Mkdir(priv, 0o700)
 	testutil.WriteFile(t, priv+"/secret", "s", 0o644)
 	res, err = e.user.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: dir + "/sub", Depth: 3}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(res.Msg.GetEntries(), dir+"/sub"); !slices.Contains(got, "private/secret") {
+		t.Errorf("as user, default mode: %q", got)
+	}
+	es := newEnv(t, filesystem.Options{StrictUsers: true})
+	res, err = es.user.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: dir + "/sub", Depth: 3}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +376,7 @@ func TestListDir(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := e.root
 			if tt.user {
-				c = e.user
+				c = es.user
 			}
 			_, err := c.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: tt.path}))
 			wantErr(t, err, tt.code, tt.msg)

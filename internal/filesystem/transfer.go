@@ -17,14 +17,15 @@ import (
 	"github.com/envd-dev/envd/internal/identity"
 )
 
-// Open opens the regular file path for reading as u. The caller reads and
-// closes it; reading needs no further permission.
+// Open opens the regular file path for reading as u (Files.read: as root in
+// default mode, as upstream). The caller reads and closes it; reading needs
+// no further permission.
 func (f *Files) Open(u *identity.User, path string) (*os.File, error) {
 	if err := checkPath(path); err != nil {
 		return nil, err
 	}
 	var file *os.File
-	err := u.Do(func() error {
+	err := f.read(u, func() error {
 		fi, err := os.Stat(path)
 		if err != nil {
 			if kindOf(err) == ErrNotFound {
@@ -86,85 +87,182 @@ func IsTemp(name string) bool {
 // beside the target, created as the user; Commit renames it over the target,
 // so a reader never sees a partial file, and Abort (or a failed write) leaves
 // the target as it was and no temporary file behind.
+//
+// The temporary file is named, renamed and removed only through the
+// descriptor of the directory it was made in (dir), never through a path:
+// sandbox code swapping a directory of the path for a symlink mid-upload
+// changes nothing of what envd renames or removes. Both are done with the
+// credentials that created it: the user's, or, for a new file root made in
+// a directory only root can change (default mode, createTemp), root's.
 type Upload struct {
 	f       *Files
 	u       *identity.User
 	file    *os.File
-	tmp     string
-	target  string
-	meta    bool // metadata was stored
+	dir     int    // descriptor of the directory holding tmp and the target
+	tmp     string // base name of the temporary file in dir
+	name    string // base name of the target in dir
+	target  string // the target's path, for messages
+	byRoot  bool   // root made tmp: it renames it, never over an existing file
+	meta    bool   // metadata was stored
 	werr    error
 	settled bool
 }
+
+// tempName is a fresh name for an upload's temporary file.
+func tempName() string {
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	return tempPrefix + hex.EncodeToString(rnd[:])
+}
+
+// tempFlags open a new temporary file: made here (O_EXCL), never through a
+// symlink.
+const tempFlags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_NOCTTY | unix.O_CLOEXEC
 
 // Create starts an upload to path as u: missing parents are created, a
 // directory at path is refused, a file there must be writable by u (its
 // permission bits are kept), and a symlink there is written through. md is
 // stored as metadata (validate it first with ValidateMetadata).
+//
+// In default mode, when u may not create the file or a missing parent, a
+// new file (and its missing parents) is created by root for u where only
+// root can change the directory (modes.go); an existing file u may not
+// write is refused, where upstream would overwrite it as root.
 func (f *Files) Create(u *identity.User, path string, md map[string]string) (*Upload, error) {
 	if err := checkPath(path); err != nil {
 		return nil, err
 	}
-	up := &Upload{f: f, u: u, target: path}
-	err := u.Do(func() error {
-		fi, err := os.Lstat(path)
-		if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			if real, rerr := filepath.EvalSymlinks(path); rerr == nil {
-				up.target = real
-				fi, err = os.Lstat(real)
-			}
+	up := &Upload{f: f, u: u, target: path, dir: -1}
+	err := f.write(u, func() error {
+		if err := up.prepare(path); err != nil {
+			return err
 		}
-		perm := fs.FileMode(0o666)
-		keep := false
-		switch {
-		case err == nil && fi.IsDir():
-			return newErr(ErrInvalid, nil, "path is a directory: %s", path)
-		case err == nil && fi.Mode().IsRegular():
-			// Replacing needs only the directory's write permission; ask
-			// for the file's too, as writing it in place would.
-			fd, err := unix.Open(up.target, unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-			if err != nil {
-				return osErr(u.Name, "write", path, &fs.PathError{Op: "open", Path: path, Err: err})
-			}
-			unix.Close(fd)
-			perm, keep = fi.Mode().Perm(), true
-		case err == nil && fi.Mode()&fs.ModeSymlink == 0:
-			return newErr(ErrInvalid, nil, "path %s is not a regular file", path)
-		case err != nil && kindOf(err) != ErrNotFound && !errors.Is(err, syscall.ENOTDIR):
-			return osErr(u.Name, "write", path, err)
-		default:
-			if err := mkdirAll(u.Name, filepath.Dir(up.target)); err != nil {
-				return err
-			}
-		}
-		var rnd [8]byte
-		rand.Read(rnd[:])
-		up.tmp = filepath.Join(filepath.Dir(up.target), tempPrefix+hex.EncodeToString(rnd[:]))
-		up.file, err = os.OpenFile(up.tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOCTTY, perm)
-		if err != nil {
-			return osErr(u.Name, "write", path, err)
-		}
-		if keep {
-			// The umask applied at creation; the replaced file's bits win.
-			if err := up.file.Chmod(perm); err != nil {
-				up.discard()
-				return osErr(u.Name, "write", path, err)
-			}
-		}
-		if len(md) > 0 {
-			ok, err := writeMetadata(int(up.file.Fd()), md)
-			if err != nil {
-				up.discard()
-				return osErr(u.Name, "set metadata of", path, err)
-			}
-			up.meta = ok
-		}
-		return nil
+		return up.setMetadata(md)
 	})
+	if err != nil && f.rootMayCreate(err) && up.createTemp(path) {
+		err = up.as(func() error { return up.setMetadata(md) })
+	}
 	if err != nil {
+		up.discard()
 		return nil, err
 	}
 	return up, nil
+}
+
+// setMetadata stores md on the temporary file, through its descriptor.
+func (up *Upload) setMetadata(md map[string]string) error {
+	if len(md) == 0 {
+		return nil
+	}
+	ok, err := writeMetadata(int(up.file.Fd()), md)
+	if err != nil {
+		return osErr(up.u.Name, "set metadata of", up.target, err)
+	}
+	up.meta = ok
+	return nil
+}
+
+// prepare creates the temporary file as the user (Files.write).
+func (up *Upload) prepare(path string) error {
+	u := up.u
+	fi, err := os.Lstat(path)
+	if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		if real, rerr := filepath.EvalSymlinks(path); rerr == nil {
+			up.target = real
+			fi, err = os.Lstat(real)
+		}
+	}
+	perm := uint32(0o666)
+	keep := false
+	switch {
+	case err == nil && fi.IsDir():
+		return newErr(ErrInvalid, nil, "path is a directory: %s", path)
+	case err == nil && fi.Mode().IsRegular():
+		// Replacing needs only the directory's write permission; ask
+		// for the file's too, as writing it in place would.
+		fd, err := unix.Open(up.target, unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+		if err != nil {
+			return osErr(u.Name, "write", path, &fs.PathError{Op: "open", Path: path, Err: err})
+		}
+		unix.Close(fd)
+		perm, keep = uint32(fi.Mode().Perm()), true
+	case err == nil && fi.Mode()&fs.ModeSymlink == 0:
+		return newErr(ErrInvalid, nil, "path %s is not a regular file", path)
+	case err != nil && kindOf(err) != ErrNotFound && !errors.Is(err, syscall.ENOTDIR):
+		return osErr(u.Name, "write", path, err)
+	default:
+		if err := mkdirAll(u.Name, filepath.Dir(up.target)); err != nil {
+			return err
+		}
+	}
+	dir := filepath.Dir(up.target)
+	up.dir, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return osErr(u.Name, "write", path, &fs.PathError{Op: "open", Path: dir, Err: err})
+	}
+	up.name = filepath.Base(up.target)
+	tmp := tempName()
+	fd, err := unix.Openat(up.dir, tmp, tempFlags, perm)
+	if err != nil {
+		return osErr(u.Name, "write", path, &fs.PathError{Op: "open", Path: filepath.Join(dir, tmp), Err: err})
+	}
+	up.tmp = tmp // ours: only now may discard remove it
+	up.file = os.NewFile(uintptr(fd), filepath.Join(dir, tmp))
+	if keep {
+		// The umask applied at creation; the replaced file's bits win.
+		if err := up.file.Chmod(fs.FileMode(perm)); err != nil {
+			return osErr(u.Name, "write", path, err)
+		}
+	}
+	return nil
+}
+
+// createTemp is default mode's fallback for a new file the user may not
+// create (modes.go): as root, it walks to the target's directory creating
+// what is missing (createDirs), then, only when no entry is at the target,
+// makes the temporary file there, as root in a directory only root can
+// change, reached through names only root can change (O_EXCL, O_NOFOLLOW,
+// then given to u by fchown before anything is written), else as u through
+// the same descriptor. It tells whether the
+// temporary file is ready; when not, the caller gives the user's own error.
+func (up *Upload) createTemp(path string) bool {
+	up.discard()
+	up.target = path
+	dir, _, pinned, err := up.f.createDirs(up.u, filepath.Dir(path))
+	if err != nil {
+		return false
+	}
+	up.dir = dir
+	up.name = filepath.Base(path)
+	var st unix.Stat_t
+	if err := unix.Fstatat(dir, up.name, &st, unix.AT_SYMLINK_NOFOLLOW); !errors.Is(err, unix.ENOENT) {
+		return false // an entry is there (or cannot be known): root overwrites nothing
+	}
+	tmp := tempName()
+	var fd int
+	if pinned && rootOnly(dir) {
+		fd, err = unix.Openat(dir, tmp, tempFlags, 0o666)
+		if err != nil {
+			return false
+		}
+		up.tmp, up.byRoot = tmp, true
+		if err := unix.Fchown(fd, int(up.u.UID), int(up.u.GID)); err != nil {
+			unix.Close(fd)
+			return false // the caller's discard removes it
+		}
+	} else {
+		err = up.u.Do(func() error {
+			var err error
+			fd, err = unix.Openat(dir, tmp, tempFlags, 0o666)
+			return err
+		})
+		if err != nil {
+			return false
+		}
+		up.tmp = tmp
+	}
+	up.file = os.NewFile(uintptr(fd), filepath.Join(filepath.Dir(path), tmp))
+	return true
 }
 
 // Write appends p to the upload. A failure (a full disk) is also kept for
@@ -202,24 +300,45 @@ func (up *Upload) Commit() error {
 	var st unix.Stat_t
 	statErr := unix.Fstat(int(up.file.Fd()), &st)
 	if err := up.file.Close(); err != nil {
-		os.Remove(up.tmp)
+		up.file = nil
+		up.discard()
 		return osErr(up.u.Name, "write", up.target, err)
 	}
+	up.file = nil
 	if statErr == nil {
 		// Before the rename, so a watcher that sees the target appear
 		// already knows it was written.
 		up.f.commits.add(fileID{dev: st.Dev, ino: st.Ino}, up.target)
 	}
-	err := up.u.Do(func() error {
-		if err := os.Rename(up.tmp, up.target); err != nil {
-			return osErr(up.u.Name, "write", up.target, err)
+	err := up.as(func() error {
+		var err error
+		if up.byRoot {
+			// Root made a new file: it never replaces one that
+			// appeared meanwhile.
+			err = unix.Renameat2(up.dir, up.tmp, up.dir, up.name, unix.RENAME_NOREPLACE)
+		} else {
+			err = unix.Renameat(up.dir, up.tmp, up.dir, up.name)
+		}
+		if err != nil {
+			return osErr(up.u.Name, "write", up.target, &fs.PathError{Op: "rename", Path: up.target, Err: err})
 		}
 		return nil
 	})
 	if err != nil {
-		os.Remove(up.tmp)
+		up.discard()
+		return err
 	}
-	return err
+	up.tmp = "" // it is the target now
+	up.discard()
+	return nil
+}
+
+// as runs fn with the credentials that made the temporary file.
+func (up *Upload) as(fn func() error) error {
+	if up.byRoot {
+		return fn()
+	}
+	return up.f.write(up.u, fn)
 }
 
 // Abort drops the upload: the target keeps its content. It is safe to call
@@ -232,10 +351,25 @@ func (up *Upload) Abort() {
 	up.discard()
 }
 
+// discard closes what the upload holds and removes its temporary file,
+// through the directory's descriptor and with the credentials that made it.
 func (up *Upload) discard() {
-	up.file.Close()
-	// envd's own credentials: it created the file, whoever it acted as.
-	os.Remove(up.tmp)
+	if up.file != nil {
+		up.file.Close()
+		up.file = nil
+	}
+	if up.dir >= 0 && up.tmp != "" {
+		err := up.as(func() error { return unix.Unlinkat(up.dir, up.tmp, 0) })
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			up.f.log.Warn("cannot remove an upload's temporary file", "dir", filepath.Dir(up.target), "name", up.tmp, "err", err)
+		}
+	}
+	up.tmp = ""
+	if up.dir >= 0 {
+		unix.Close(up.dir)
+		up.dir = -1
+	}
+	up.byRoot = false
 }
 
 // fileID names an inode.

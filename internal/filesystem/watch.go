@@ -118,7 +118,13 @@ func (f *Files) Watch(u *identity.User, dir string, o WatchOptions) (*Watch, err
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	err := u.Do(func() error {
+	// envd's one inotify instance is envd's, whoever asks first: made here,
+	// before acting as u.
+	if _, err := f.hub.watcher(); err != nil {
+		f.limits.dropWatch()
+		return nil, err
+	}
+	err := f.read(u, func() error {
 		fi, err := os.Stat(w.root)
 		if err != nil {
 			if kindOf(err) == ErrNotFound {
@@ -260,7 +266,7 @@ func (w *Watch) pump() {
 			return
 		}
 		var out []Event
-		err := w.u.Do(func() error {
+		err := w.f.read(w.u, func() error {
 			names := newNameCache()
 			for _, ev := range batch {
 				// A watched directory's own chmod or move is reported both by
@@ -291,7 +297,7 @@ func (w *Watch) pump() {
 }
 
 // convert appends the events one notification stands for, in the order
-// create, rename, chmod, write, remove. It runs inside User.Do.
+// create, rename, chmod, write, remove. It runs inside Files.read.
 func (w *Watch) convert(ev fsnotify.Event, names *nameCache, out *[]Event) {
 	if IsTemp(ev.Name) {
 		return
@@ -366,8 +372,8 @@ func (w *Watch) rel(path string) string {
 // addTree watches dir and, for a recursive watch, every directory below it.
 // For a directory that appeared after the watch began (out != nil), what is
 // already inside it is reported created: it may have been made before the
-// directory was watched, as by mkdir -p. It runs inside User.Do, so a
-// directory u may not read is not watched. Only an error on the root, or
+// directory was watched, as by mkdir -p. It runs inside Files.read, so in
+// strict mode a directory u may not read is not watched. Only an error on the root, or
 // running out of inotify watches or of envd's MaxWatchedDirs, is returned;
 // other directories that cannot be watched (gone, unreadable) are skipped.
 func (w *Watch) addTree(dir string, root bool, names *nameCache, out *[]Event) error {
@@ -479,8 +485,8 @@ func (h *hub) watcher() (*fsnotify.Watcher, error) {
 	return h.w, nil
 }
 
-// add asks the kernel to watch dir for w. Called inside User.Do, so the
-// kernel checks that the user may read dir.
+// add asks the kernel to watch dir for w. Called as the user in strict mode
+// (Files.read), so the kernel checks that the user may read dir.
 func (h *hub) add(dir string, w *Watch) error {
 	fw, err := h.watcher()
 	if err != nil {

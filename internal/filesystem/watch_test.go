@@ -321,7 +321,6 @@ func TestWatchDirErrors(t *testing.T) {
 	}{
 		{"missing", false, dir + "/nowatch", connect.CodeNotFound, "path " + dir + "/nowatch not found"},
 		{"a file", false, dir + "/file", connect.CodeInvalidArgument, "path " + dir + "/file is not a directory"},
-		{"unreadable", true, priv, connect.CodePermissionDenied, "user 'user' may not watch"},
 		{"other's home", false, "~root", connect.CodeInvalidArgument, ""},
 	}
 	for _, tt := range tests {
@@ -335,13 +334,19 @@ func TestWatchDirErrors(t *testing.T) {
 			wantErr(t, w.err, tt.code, tt.msg)
 		})
 	}
+	t.Run("unreadable, strict mode", func(t *testing.T) {
+		t.Parallel()
+		es := newEnv(t, filesystem.Options{StrictUsers: true})
+		w := watch(t, es.user, &pb.WatchDirRequest{Path: priv}, nil, 0)
+		wantErr(t, w.err, connect.CodePermissionDenied, "user 'user' may not watch")
+	})
 }
 
-// A user's recursive watch does not descend into directories they may not
-// read, and reports nothing from there.
+// In strict mode, a user's recursive watch does not descend into
+// directories they may not read, and reports nothing from there.
 func TestWatchDirAsUserSkipsUnreadable(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, filesystem.Options{})
+	e := newEnv(t, filesystem.Options{StrictUsers: true})
 	dir := testutil.WorkDir(t)
 	os.Mkdir(dir+"/priv", 0o700)
 	w := watch(t, e.user, &pb.WatchDirRequest{Path: dir, Recursive: true, AllowNetworkMounts: true}, nil, 0)

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/envd-dev/envd/internal/auth"
 	"github.com/envd-dev/envd/internal/filesystem"
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/server"
@@ -23,6 +24,9 @@ import (
 
 // authorizeFiles checks a /files request once a token is set: either the
 // X-Access-Token header, or a signature over path, operation and username.
+// A signature binds the exact path query parameter: with one, a multipart
+// upload writes every part there, never to the parts' filenames; one made
+// for an empty path authorizes nothing (auth.ErrSignatureNoPath).
 func (a *API) authorizeFiles(r *http.Request, operation string) error {
 	if !a.o.Token.IsSet() {
 		return nil
@@ -58,7 +62,12 @@ func (a *API) filesUser(r *http.Request) (*identity.User, error) {
 // user. It writes the error and returns nil when the request must stop.
 func (a *API) begin(w http.ResponseWriter, r *http.Request, operation string) *identity.User {
 	if err := a.authorizeFiles(r, operation); err != nil {
-		server.WriteError(w, http.StatusUnauthorized, err.Error())
+		status := http.StatusUnauthorized
+		if errors.Is(err, auth.ErrSignatureNoPath) {
+			// Authenticated enough to know it cannot be allowed.
+			status = http.StatusForbidden
+		}
+		server.WriteError(w, status, err.Error())
 		return nil
 	}
 	u, err := a.filesUser(r)

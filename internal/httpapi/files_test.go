@@ -101,9 +101,6 @@ func TestDownload(t *testing.T) {
 		{"missing", []string{"path", dir + "/missing.txt"}, 404, "path '" + dir + "/missing.txt' does not exist"},
 		{"directory", []string{"path", dir}, 400, "path '" + dir + "' is a directory"},
 		{"unknown user", []string{"path", dir + "/a.txt", "username", "nosuchuser"}, 401, "error looking up user 'nosuchuser': user: unknown user nosuchuser"},
-		{"user reads root's 0600 file", []string{"path", dir + "/root-only", "username", "user"}, 403, "permission denied: user 'user' may not read " + dir + "/root-only"},
-		{"default user reads root's 0600 file", []string{"path", dir + "/root-only"}, 403, "user 'user'"},
-		{"dot dot into a private dir", []string{"path", dir + "/../" + filepath.Base(filepath.Dir(priv)) + "/private/secret"}, 403, "user 'user'"},
 		{"other user's home", []string{"path", "~root/x"}, 400, "~root"},
 		{"fifo", []string{"path", dir + "/fifo", "username", "root"}, 400, "is not a regular file"},
 	}
@@ -115,6 +112,29 @@ func TestDownload(t *testing.T) {
 	}
 	if r := e.do(t, "GET", "/files", q("path", dir+"/root-only", "username", "root"), nil, nil); r.body != "s" {
 		t.Errorf("root cannot read its file: %d %q", r.status, r.body)
+	}
+
+	// What a user may not read in a shell: the default mode reads it, as
+	// upstream; the strict mode refuses it.
+	strict := newEnv(t, envOpts{strict: true})
+	reads := []struct {
+		name  string
+		query []string
+		msg   string
+	}{
+		{"user reads root's 0600 file", []string{"path", dir + "/root-only", "username", "user"}, "permission denied: user 'user' may not read " + dir + "/root-only"},
+		{"default user reads root's 0600 file", []string{"path", dir + "/root-only"}, "user 'user'"},
+		{"dot dot into a private dir", []string{"path", dir + "/../" + filepath.Base(filepath.Dir(priv)) + "/private/secret"}, "user 'user'"},
+	}
+	for _, tt := range reads {
+		t.Run("default mode: "+tt.name, func(t *testing.T) {
+			if r := e.do(t, "GET", "/files", q(tt.query...), nil, nil); r.status != 200 || r.body != "s" {
+				t.Errorf("%d %q, want 200 and the content", r.status, r.body)
+			}
+		})
+		t.Run("strict mode: "+tt.name, func(t *testing.T) {
+			wantError(t, strict.do(t, "GET", "/files", q(tt.query...), nil, nil), 403, tt.msg)
+		})
 	}
 }
 
@@ -343,9 +363,8 @@ func TestUploadErrors(t *testing.T) {
 		{"no boundary", []string{"path", dir + "/x"}, hdr("Content-Type", "multipart/form-data"), strings.NewReader("x"), 400, "no boundary"},
 		{"unknown user", []string{"path", dir + "/x", "username", "nosuchuser"}, octet, strings.NewReader("x"), 401, "error looking up user 'nosuchuser'"},
 		{"other user's home", []string{"path", "~root/x"}, octet, strings.NewReader("x"), 400, "~root"},
-		{"user into root's private dir", []string{"path", priv + "/x"}, octet, strings.NewReader("x"), 403, "permission denied: user 'user' may not write " + priv + "/x"},
+		// Root never overwrites a file for a user (a difference from upstream).
 		{"user over root's file", []string{"path", dir + "/roots.txt"}, octet, strings.NewReader("x"), 403, "user 'user' may not write " + dir + "/roots.txt"},
-		{"user into /root", []string{"path", "/root/envd-test-never"}, octet, strings.NewReader("x"), 403, "user 'user'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -355,12 +374,34 @@ func TestUploadErrors(t *testing.T) {
 	if read(t, dir+"/roots.txt") != "root's" || read(t, dir+"/dup.txt") != "first" {
 		t.Error("a refused upload changed a file")
 	}
-	for _, p := range []string{dir + "/x", priv + "/x", "/root/envd-test-never"} {
+	for _, p := range []string{dir + "/x"} {
 		if _, err := os.Stat(p); err == nil {
 			t.Errorf("%s was written", p)
 		}
 	}
 	noTemp(t, dir)
+	// Strict mode: only what a shell as user may write.
+	strict := newEnv(t, envOpts{strict: true})
+	never := fmt.Sprintf("/root/envd-test-never-%d", os.Getpid())
+	for _, tt := range []struct{ name, path, msg string }{
+		{"user into root's private dir", priv + "/x", "permission denied: user 'user' may not write " + priv + "/x"},
+		{"user over root's file", dir + "/roots.txt", "user 'user' may not write " + dir + "/roots.txt"},
+		{"user into /root", never, "user 'user'"},
+		{"user makes a dir in /root", never + "/sub/f", "user 'user'"},
+	} {
+		t.Run("strict mode: "+tt.name, func(t *testing.T) {
+			wantError(t, strict.do(t, "POST", "/files", q("path", tt.path), octet, strings.NewReader("x")), 403, tt.msg)
+		})
+	}
+	for _, p := range []string{priv + "/x", never} {
+		if _, err := os.Lstat(p); err == nil {
+			os.RemoveAll(p)
+			t.Errorf("%s was written", p)
+		}
+	}
+	if read(t, dir+"/roots.txt") != "root's" {
+		t.Error("a refused upload changed a file")
+	}
 	// The daemon still serves.
 	decodeWritten(t, e.do(t, "POST", "/files", q("path", dir+"/after"), octet, strings.NewReader("ok")))
 }

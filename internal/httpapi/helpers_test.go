@@ -53,6 +53,7 @@ func (c *fakeClock) Set(t time.Time) error {
 type envOpts struct {
 	syncClock bool
 	now       func() time.Time
+	strict    bool // filesystem.Options.StrictUsers
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -62,7 +63,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	}
 	log := slog.New(slog.DiscardHandler)
 	e := &env{token: &auth.Token{}, defs: defaults.New("user", map[string]string{"E2B_SANDBOX": "true"}), clock: &fakeClock{}}
-	e.files = filesystem.New(filesystem.Options{Logger: log})
+	e.files = filesystem.New(filesystem.Options{Logger: log, StrictUsers: o.strict})
 	ao := httpapi.Options{Logger: log, Files: e.files, Defaults: e.defs, Token: e.token, Version: "9.8.7", Now: o.now}
 	if o.syncClock {
 		ao.SetClock = e.clock.Set

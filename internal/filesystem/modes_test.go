@@ -1,0 +1,423 @@
+package filesystem_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/envd-dev/envd/gen/filesystem"
+	"github.com/envd-dev/envd/internal/filesystem"
+	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/testutil"
+)
+
+// guest is a second unprivileged uid, with no account: DoStrict needs none.
+var guest = &identity.User{Name: "guest-test", UID: 54321, GID: 54321, Groups: []uint32{54321}, Home: "/nonexistent"}
+
+// sleeper starts a process that lives until the test ends, as root when
+// as is nil, and returns its pid.
+func sleeper(t *testing.T, as *identity.User) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "1000")
+	if as != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: as.UID, Gid: as.GID}}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd.Process.Pid
+}
+
+func wantKind(t *testing.T, err, kind error, subs ...string) {
+	t.Helper()
+	if !errors.Is(err, kind) {
+		t.Fatalf("error %v, want %v", err, kind)
+	}
+	for _, s := range subs {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q lacks %q", err, s)
+		}
+	}
+}
+
+func readAll(t *testing.T, f *os.File) string {
+	t.Helper()
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// In strict mode user has no right on a root process that a shell as user
+// lacks; the default mode reads as root, as upstream.
+func TestStrictModeRootProcess(t *testing.T) {
+	t.Parallel()
+	strict := newEnv(t, filesystem.Options{StrictUsers: true})
+	def := newEnv(t, filesystem.Options{})
+	usr := testutil.User(t, "user")
+	pid := sleeper(t, nil)
+	maps := fmt.Sprintf("/proc/%d/maps", pid)
+	cwd := fmt.Sprintf("/proc/%d/cwd", pid)
+
+	_, err := strict.files.Open(usr, maps)
+	wantKind(t, err, filesystem.ErrPermission, "permission denied: user 'user' may not read "+maps)
+	_, err = strict.user.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: cwd}))
+	wantErr(t, err, connect.CodePermissionDenied, "user 'user' may not access "+cwd)
+	_, err = strict.user.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: fmt.Sprintf("/proc/%d/root/root", pid)}))
+	wantErr(t, err, connect.CodePermissionDenied, "user 'user'")
+
+	f, err := def.files.Open(usr, maps)
+	if err != nil {
+		t.Fatalf("default mode: %v", err)
+	}
+	if !strings.Contains(readAll(t, f), "sleep") {
+		t.Error("default mode: no map of sleep")
+	}
+	if _, err := def.user.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: cwd})); err != nil {
+		t.Errorf("default mode: %v", err)
+	}
+}
+
+// Strict mode: user writes only where a shell as user may.
+func TestStrictModeWrites(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, filesystem.Options{StrictUsers: true})
+	usr := testutil.User(t, "user")
+	dir := testutil.WorkDir(t)
+	priv := testutil.PrivateDir(t)
+	testutil.WriteFile(t, dir+"/roots.txt", "root's", 0o666)
+	os.Chmod(dir+"/roots.txt", 0o644)
+	testutil.WriteFile(t, dir+"/mine", "m", 0o644)
+	os.Chown(dir+"/mine", int(usr.UID), int(usr.GID))
+	never := fmt.Sprintf("/root/envd-test-never-%d", os.Getpid())
+
+	_, err := e.files.Create(usr, priv+"/x", nil)
+	wantKind(t, err, filesystem.ErrPermission, "user 'user' may not write "+priv+"/x")
+	_, err = e.files.Create(usr, never+"/sub/x", nil)
+	wantKind(t, err, filesystem.ErrPermission, "user 'user'")
+	_, err = e.files.Create(usr, dir+"/roots.txt", nil)
+	wantKind(t, err, filesystem.ErrPermission, "user 'user' may not write "+dir+"/roots.txt")
+	_, err = e.files.MakeDir(usr, never)
+	wantKind(t, err, filesystem.ErrPermission, "user 'user' may not create directory "+never)
+	_, err = e.files.Move(usr, dir+"/mine", priv+"/planted")
+	wantKind(t, err, filesystem.ErrPermission, "user 'user'")
+	testutil.WriteFile(t, dir+"/rdir/f", "root's", 0o666)
+	err = e.files.Remove(usr, dir+"/rdir/f")
+	wantKind(t, err, filesystem.ErrPermission, "user 'user' may not remove "+dir+"/rdir/f")
+	for _, p := range []string{priv + "/x", never, priv + "/planted"} {
+		if _, err := os.Lstat(p); err == nil {
+			os.RemoveAll(p)
+			t.Errorf("%s was made", p)
+		}
+	}
+	noTempIn(t, dir)
+
+	// Where user may write, it writes, and owns what it makes.
+	up, err := e.files.Create(usr, dir+"/d/new.txt", map[string]string{"k": "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(up, "new")
+	if err := up.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir + "/d", dir + "/d/new.txt"} {
+		if uid := testutil.Owner(t, p); uid != usr.UID {
+			t.Errorf("%s belongs to %d", p, uid)
+		}
+	}
+	if b, _ := os.ReadFile(dir + "/d/new.txt"); string(b) != "new" {
+		t.Errorf("content %q", b)
+	}
+}
+
+// A second unprivileged uid, in strict mode, cannot read user's private
+// file nor its processes' memory maps; user can.
+func TestStrictModeOtherUser(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, filesystem.Options{StrictUsers: true})
+	usr := testutil.User(t, "user")
+	dir := testutil.WorkDir(t)
+	secret := dir + "/user-secret"
+	testutil.WriteFile(t, secret, "user's", 0o600)
+	os.Chown(secret, int(usr.UID), int(usr.GID))
+	maps := fmt.Sprintf("/proc/%d/maps", sleeper(t, usr))
+
+	_, err := e.files.Open(guest, secret)
+	wantKind(t, err, filesystem.ErrPermission, "user 'guest-test' may not read "+secret)
+	_, err = e.files.Open(guest, maps)
+	wantKind(t, err, filesystem.ErrPermission, "user 'guest-test' may not read "+maps)
+	_, err = e.files.Create(guest, secret, nil)
+	wantKind(t, err, filesystem.ErrPermission, "user 'guest-test' may not write "+secret)
+
+	f, err := e.files.Open(usr, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, f); got != "user's" {
+		t.Errorf("user reads %q", got)
+	}
+	f, err = e.files.Open(usr, maps)
+	if err != nil {
+		t.Fatalf("user reads its own process's map: %v", err)
+	}
+	f.Close()
+}
+
+// The default mode creates what upstream creates as root (missing parents,
+// a new file), gives it to the user, and nothing more: no overwrite, no
+// link followed, nothing in a directory another user controls.
+func TestDefaultModeCreatesForUser(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, filesystem.Options{})
+	usr := testutil.User(t, "user")
+	dir := testutil.WorkDir(t)
+	// Root's 0700 directory, in root's directory in /tmp: only root can
+	// change it or the names that lead to it.
+	priv := t.TempDir()
+
+	owned := func(p string) {
+		t.Helper()
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != usr.UID || st.Gid != usr.GID {
+			t.Errorf("%s belongs to %d:%d, want %d:%d", p, st.Uid, st.Gid, usr.UID, usr.GID)
+		}
+	}
+	write := func(p, content string) error {
+		up, err := e.files.Create(usr, p, nil)
+		if err != nil {
+			return err
+		}
+		io.WriteString(up, content)
+		return up.Commit()
+	}
+
+	// As upstream's `/0/file.txt`.
+	top := fmt.Sprintf("/envd-test-%d-create", os.Getpid())
+	t.Cleanup(func() { os.RemoveAll(top) })
+	if err := write(top+"/file.txt", "top"); err != nil {
+		t.Fatal(err)
+	}
+	owned(top)
+	owned(top + "/file.txt")
+	if err := write(priv+"/a/b/c.txt", "deep"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/a", "/a/b", "/a/b/c.txt"} {
+		owned(priv + p)
+	}
+	if _, err := e.files.MakeDir(usr, priv+"/m/n"); err != nil {
+		t.Fatal(err)
+	}
+	owned(priv + "/m")
+	owned(priv + "/m/n")
+	// Move: root makes the missing parents; the user moves.
+	testutil.WriteFile(t, dir+"/mine", "m", 0o644)
+	os.Chown(dir+"/mine", int(usr.UID), int(usr.GID))
+	top2 := fmt.Sprintf("/envd-test-%d-move", os.Getpid())
+	t.Cleanup(func() { os.RemoveAll(top2) })
+	if _, err := e.files.Move(usr, dir+"/mine", top2+"/moved/mine"); err != nil {
+		t.Fatal(err)
+	}
+	owned(top2)
+	owned(top2 + "/moved")
+	owned(top2 + "/moved/mine")
+
+	// A new file right in root's directory: root makes it for the user,
+	// and renames it into place only if nothing came there meanwhile.
+	if err := write(priv+"/flat.txt", "flat"); err != nil {
+		t.Fatal(err)
+	}
+	owned(priv + "/flat.txt")
+	up, err := e.files.Create(usr, priv+"/raced.txt", map[string]string{"k": "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(up, "user's")
+	testutil.WriteFile(t, priv+"/raced.txt", "root's", 0o644)
+	wantKind(t, up.Commit(), filesystem.ErrExists, "cannot write "+priv+"/raced.txt")
+	if b, _ := os.ReadFile(priv + "/raced.txt"); string(b) != "root's" || testutil.Owner(t, priv+"/raced.txt") != 0 {
+		t.Error("root's file changed")
+	}
+	noTempIn(t, priv)
+
+	// Root overwrites nothing for the user.
+	testutil.WriteFile(t, priv+"/roots.txt", "root's", 0o644)
+	wantKind(t, write(priv+"/roots.txt", "x"), filesystem.ErrPermission, "user 'user' may not write "+priv+"/roots.txt")
+	if b, _ := os.ReadFile(priv + "/roots.txt"); string(b) != "root's" || testutil.Owner(t, priv+"/roots.txt") != 0 {
+		t.Error("root's file changed")
+	}
+	// Root follows no link: user's symlink to root's directory.
+	os.Symlink(priv, dir+"/ulink")
+	os.Lchown(dir+"/ulink", int(usr.UID), int(usr.GID))
+	wantKind(t, write(dir+"/ulink/via-link.txt", "x"), filesystem.ErrPermission, "user 'user' may not write "+dir+"/ulink/via-link.txt")
+	wantKind(t, write(dir+"/ulink/new/via-link.txt", "x"), filesystem.ErrPermission, "user 'user'")
+	_, err = e.files.MakeDir(usr, dir+"/ulink/newdir")
+	wantKind(t, err, filesystem.ErrPermission, "user 'user' may not create directory")
+	// Nor in a directory another user controls.
+	other := dir + "/guests"
+	os.Mkdir(other, 0o755)
+	os.Chown(other, int(guest.UID), int(guest.GID))
+	wantKind(t, write(other+"/x.txt", "x"), filesystem.ErrPermission, "user 'user' may not write "+other+"/x.txt")
+	_, err = e.files.MakeDir(usr, other+"/d")
+	wantKind(t, err, filesystem.ErrPermission, "user 'user' may not create directory "+other+"/d")
+	for _, p := range []string{priv + "/via-link.txt", priv + "/new", priv + "/newdir", other + "/x.txt", other + "/d"} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s was made", p)
+		}
+	}
+	// Nor in root's directory when user could have put it there: the 0777
+	// WorkDir lets user rename its entries.
+	swappable := testutil.PrivateDir(t)
+	wantKind(t, write(swappable+"/x.txt", "x"), filesystem.ErrPermission, "user 'user' may not write "+swappable+"/x.txt")
+	_, err = e.files.MakeDir(usr, swappable+"/d")
+	wantKind(t, err, filesystem.ErrPermission, "user 'user' may not create directory "+swappable+"/d")
+	for _, p := range []string{swappable + "/x.txt", swappable + "/d"} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s was made", p)
+		}
+	}
+	noTempIn(t, swappable)
+	// Remove stays the user's own.
+	wantKind(t, e.files.Remove(usr, priv+"/roots.txt"), filesystem.ErrPermission, "user 'user' may not remove")
+	noTempIn(t, priv)
+	noTempIn(t, other)
+}
+
+// An upload's temporary file is renamed and removed through the descriptor
+// of the directory it was made in: the user swapping that directory for a
+// symlink mid-upload makes envd touch nothing elsewhere.
+func TestUploadTempStaysInItsDirectory(t *testing.T) {
+	t.Parallel()
+	usr := testutil.User(t, "user")
+	for _, strict := range []bool{false, true} {
+		for _, end := range []string{"abort", "commit", "commit fails"} {
+			t.Run(fmt.Sprintf("strict=%v %s", strict, end), func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t, filesystem.Options{StrictUsers: strict})
+				dir := testutil.WorkDir(t)
+				ud, victim := dir+"/ud", dir+"/victim"
+				os.Mkdir(ud, 0o755)
+				os.Chown(ud, int(usr.UID), int(usr.GID))
+				os.Mkdir(victim, 0o755)
+				if end == "commit fails" {
+					// A directory where the target is: the rename fails.
+					os.Mkdir(ud+"/t.txt.d", 0o755)
+				}
+				target := ud + "/t.txt"
+				up, err := e.files.Create(usr, target, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				des, _ := os.ReadDir(ud)
+				var tmp string
+				for _, de := range des {
+					if filesystem.IsTemp(de.Name()) {
+						tmp = de.Name()
+					}
+				}
+				if tmp == "" {
+					t.Fatal("no temporary file")
+				}
+				io.WriteString(up, "new")
+				// What user's code could do: move its directory away, put
+				// a link to root's directory in its place, where root's
+				// file has the temporary file's name.
+				if err := os.Rename(ud, ud+".old"); err != nil {
+					t.Fatal(err)
+				}
+				if end == "commit fails" {
+					os.Rename(ud+".old/t.txt.d", ud+".old/t.txt")
+				}
+				os.Symlink(victim, ud)
+				testutil.WriteFile(t, victim+"/"+tmp, "root's", 0o644)
+
+				switch end {
+				case "abort":
+					up.Abort()
+				case "commit":
+					if err := up.Commit(); err != nil {
+						t.Fatal(err)
+					}
+					if b, _ := os.ReadFile(ud + ".old/t.txt"); string(b) != "new" {
+						t.Errorf("committed content %q", b)
+					}
+				case "commit fails":
+					if err := up.Commit(); err == nil {
+						t.Fatal("committed over a directory")
+					}
+				}
+				if b, err := os.ReadFile(victim + "/" + tmp); string(b) != "root's" {
+					t.Errorf("root's file: %q %v", b, err)
+				}
+				if _, err := os.Lstat(victim + "/t.txt"); err == nil {
+					t.Error("the target went to root's directory")
+				}
+				noTempIn(t, ud+".old")
+			})
+		}
+	}
+}
+
+func noTempIn(t *testing.T, dir string) {
+	t.Helper()
+	des, _ := os.ReadDir(dir)
+	for _, de := range des {
+		if filesystem.IsTemp(de.Name()) {
+			t.Errorf("temporary file left in %s: %s", dir, de.Name())
+		}
+	}
+}
+
+// BenchmarkStatDoVsDoStrict measures what the strict mode costs a Stat:
+// each iteration stats one file as user with Do, then with DoStrict.
+func BenchmarkStatDoVsDoStrict(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("acts as user: run as root")
+	}
+	usr, err := identity.Lookup("user")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := filepath.Join(testutil.WorkDir(b), "f")
+	testutil.WriteFile(b, p, "x", 0o644)
+	statAs := func(do func(func() error) error) error {
+		return do(func() error { _, err := os.Lstat(p); return err })
+	}
+	var doNs, strictNs int64
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now().UnixNano()
+		if err := statAs(usr.Do); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now().UnixNano()
+		if err := statAs(usr.DoStrict); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now().UnixNano()
+		doNs += t1 - t0
+		strictNs += t2 - t1
+	}
+	b.ReportMetric(float64(doNs)/float64(b.N), "Do-ns/op")
+	b.ReportMetric(float64(strictNs)/float64(b.N), "DoStrict-ns/op")
+	b.ReportMetric(float64(strictNs)/float64(doNs), "ratio")
+}

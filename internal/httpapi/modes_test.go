@@ -1,0 +1,123 @@
+package httpapi_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/envd-dev/envd/internal/auth"
+	"github.com/envd-dev/envd/internal/testutil"
+)
+
+// rootProcess starts a process as root (the test's own account) that lives
+// until the test ends, and returns its pid.
+func rootProcess(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "1000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd.Process.Pid
+}
+
+// A root process's memory map, which `sudo -u user cat` may not read: the
+// strict mode refuses it to user, the default mode reads it as upstream.
+func TestProcOfRootProcess(t *testing.T) {
+	t.Parallel()
+	def := newEnv(t, envOpts{})
+	strict := newEnv(t, envOpts{strict: true})
+	maps := fmt.Sprintf("/proc/%d/maps", rootProcess(t))
+
+	wantError(t, strict.do(t, "GET", "/files", q("path", maps, "username", "user"), nil, nil), 403,
+		"permission denied: user 'user' may not read "+maps)
+	// Root still reads it in strict mode.
+	if r := strict.do(t, "GET", "/files", q("path", maps, "username", "root"), nil, nil); r.status != 200 || !strings.Contains(r.body, "sleep") {
+		t.Errorf("strict mode, as root: %d %.80q", r.status, r.body)
+	}
+	if r := def.do(t, "GET", "/files", q("path", maps, "username", "user"), nil, nil); r.status != 200 || !strings.Contains(r.body, "sleep") {
+		t.Errorf("default mode, as user: %d %.80q", r.status, r.body)
+	}
+}
+
+// Default mode writes where upstream does: what user may not create itself,
+// missing parents and a new file in directories only root can change, root
+// creates and gives to user.
+func TestDefaultModeUploadCreatesForUser(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	usr := testutil.User(t, "user")
+	priv := t.TempDir() // root's 0700, reached through names only root can change
+	octet := hdr("Content-Type", "application/octet-stream")
+
+	// As upstream's `/0/file.txt`: a missing directory at the root.
+	top := fmt.Sprintf("/envd-test-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
+	t.Cleanup(func() { os.RemoveAll(top) })
+	ct, body := multipartBody(t, part{"file", top + "/file.txt", "at the top"})
+	decodeWritten(t, e.do(t, "POST", "/files", q("username", "user"), hdr("Content-Type", ct), body))
+	// Deeper, in a root 0700 directory, by the default user.
+	decodeWritten(t, e.do(t, "POST", "/files", q("path", priv+"/a/b/new.txt"), octet, strings.NewReader("deep")))
+	// A new file right in it.
+	decodeWritten(t, e.do(t, "POST", "/files", q("path", priv+"/flat.txt"), octet, strings.NewReader("flat")))
+
+	for _, p := range []string{top, top + "/file.txt", priv + "/a", priv + "/a/b", priv + "/a/b/new.txt", priv + "/flat.txt"} {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if st.Uid != usr.UID || st.Gid != usr.GID {
+			t.Errorf("%s belongs to %d:%d, want user %d:%d", p, st.Uid, st.Gid, usr.UID, usr.GID)
+		}
+	}
+	if read(t, top+"/file.txt") != "at the top" || read(t, priv+"/a/b/new.txt") != "deep" || read(t, priv+"/flat.txt") != "flat" {
+		t.Error("wrong content")
+	}
+	noTemp(t, priv)
+	noTemp(t, priv+"/a/b")
+
+	// Root overwrites nothing for user: root's file in root's directory.
+	testutil.WriteFile(t, priv+"/roots.txt", "root's", 0o644)
+	wantError(t, e.do(t, "POST", "/files", q("path", priv+"/roots.txt"), octet, strings.NewReader("x")), 403, "user 'user' may not write "+priv+"/roots.txt")
+	if read(t, priv+"/roots.txt") != "root's" || testutil.Owner(t, priv+"/roots.txt") != 0 {
+		t.Error("root's file was overwritten or given away")
+	}
+	noTemp(t, priv)
+}
+
+// A signature binds one exact path: one made for an empty path authorizes
+// no file, neither a multipart part's filename nor a download.
+func TestSignedEmptyPath(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	dir := testutil.WorkDir(t)
+	testutil.WriteFile(t, dir+"/a.txt", "hello", 0o644)
+	e.token.Set("secret-token")
+	sign := func(path, op string) string { return auth.Sign(path, op, "", "secret-token", 0) }
+	target := filepath.Join(dir, "planted.txt")
+
+	ct, body := multipartBody(t, part{"file", target, "x"})
+	r := e.do(t, "POST", "/files", q("signature", sign("", "write")), hdr("Content-Type", ct), body)
+	wantError(t, r, 403, "the path query parameter is empty", "sign the exact path")
+	if _, err := os.Lstat(target); err == nil {
+		t.Errorf("%s was written", target)
+	}
+	wantError(t, e.do(t, "GET", "/files", q("signature", sign("", "read")), nil, nil), 403, "a signature for an empty path authorizes nothing")
+
+	// Signed for the exact path, the same upload goes there.
+	ct, body = multipartBody(t, part{"file", "ignored-name", "x"})
+	decodeWritten(t, e.do(t, "POST", "/files", q("path", target, "signature", sign(target, "write")), hdr("Content-Type", ct), body))
+	if read(t, target) != "x" {
+		t.Error("the signed upload did not go to its path")
+	}
+	if r := e.do(t, "GET", "/files", q("path", dir+"/a.txt", "signature", sign(dir+"/a.txt", "read")), nil, nil); r.status != 200 {
+		t.Errorf("signed download: %d %s", r.status, r.body)
+	}
+}
