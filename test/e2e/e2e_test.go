@@ -78,14 +78,14 @@ func cleanEnv(extra ...string) []string { return testutil.CleanEnv(extra...) }
 
 // envd is one running daemon.
 type envd struct {
-	cmd    *exec.Cmd
-	url    string // http://127.0.0.1:port
-	sock   string // unix socket path, "" when none
+	cmd  *exec.Cmd
+	url  string // http://127.0.0.1:port
+	sock string // unix socket path, "" when none
 	// guestHome is guest's home (0700, guest's own) with startOptions.guest.
 	guestHome string
-	stderr *syncBuffer
-	exited chan struct{} // closed when the process has exited
-	err    error         // Wait's result, valid once exited is closed
+	stderr    *syncBuffer
+	exited    chan struct{} // closed when the process has exited
+	err       error         // Wait's result, valid once exited is closed
 }
 
 type startOptions struct {
