@@ -7,7 +7,9 @@
 #   ENVD_HOST=0.0.0.0   listen on every interface (the orchestrator connects from outside)
 # Others worth knowing: ENVD_PORT (49983), ENVD_CODE_PORT (49999),
 # ENVD_VSOCK_PORT (also serve on AF_VSOCK), ENVD_UNIX_SOCKET, ENVD_ACCESS_TOKEN,
-# ENVD_DEFAULT_USER, ENVD_NO_JUPYTER, ENVD_LOG_FORMAT, ENVD_LOG_LEVEL.
+# ENVD_DEFAULT_USER, ENVD_STRICT_USERS (each request gets exactly its user's
+# rights; kernels run as the default user), ENVD_NO_JUPYTER, ENVD_LOG_FORMAT,
+# ENVD_LOG_LEVEL.
 # STARTUP_ENVD_BIN names the envd binary (default: envd beside this script,
 # else /usr/local/bin/envd, else envd on PATH). Arguments are passed on to envd.
 #
