@@ -196,7 +196,11 @@ func (c *codeExec) stop(ctx context.Context) {
 	}
 }
 
-// cleanup removes the kernels' startup files.
+// cleanup removes the kernels' startup files. The IPython profile in them
+// may belong to the kernels' user, and hold whatever its code planted:
+// os.RemoveAll unlinks through directory fds and opens subdirectories with
+// O_NOFOLLOW, so it removes a symlink there and never follows it; the tree's
+// root is envd's, so its path still names what envd created.
 func (c *codeExec) cleanup() {
 	if c.startupDir != "" {
 		os.RemoveAll(c.startupDir)
