@@ -7,9 +7,18 @@
 #   ENVD_HOST=0.0.0.0   listen on every interface (the orchestrator connects from outside)
 # Others worth knowing: ENVD_PORT (49983), ENVD_CODE_PORT (49999),
 # ENVD_VSOCK_PORT (also serve on AF_VSOCK), ENVD_UNIX_SOCKET, ENVD_ACCESS_TOKEN,
-# ENVD_DEFAULT_USER, ENVD_NO_JUPYTER, ENVD_LOG_FORMAT, ENVD_LOG_LEVEL.
+# ENVD_DEFAULT_USER, ENVD_STRICT_USERS (each request gets exactly its user's
+# rights; kernels run as the default user), ENVD_NO_JUPYTER, ENVD_LOG_FORMAT,
+# ENVD_LOG_LEVEL.
 # STARTUP_ENVD_BIN names the envd binary (default: envd beside this script,
 # else /usr/local/bin/envd, else envd on PATH). Arguments are passed on to envd.
+#
+# The access token reaches envd by environment only: every user of the
+# machine can read a process's command line (/proc/PID/cmdline), while its
+# environment is readable only by root and the process's own account (envd
+# gives none of it to the processes and kernels it starts). Set
+# ENVD_ACCESS_TOKEN; an -access-token argument given to this script is moved
+# into ENVD_ACCESS_TOKEN rather than passed on.
 set -euo pipefail
 
 # A sane environment whatever started us (an init, a container runtime with
@@ -60,4 +69,29 @@ fi
 args=()
 [[ -v ENVD_HOST ]] || args+=(-host 0.0.0.0)
 
-exec "$envd" "${args[@]}" "$@"
+while (($#)); do
+	case $1 in
+	-access-token | --access-token)
+		if (($# < 2)); then
+			echo "start-up.sh: $1 needs a value" >&2
+			exit 2
+		fi
+		export ENVD_ACCESS_TOKEN=$2
+		shift 2
+		;;
+	-access-token=* | --access-token=*)
+		export ENVD_ACCESS_TOKEN=${1#*=}
+		shift
+		;;
+	--)
+		args+=("$@")
+		break
+		;;
+	*)
+		args+=("$1")
+		shift
+		;;
+	esac
+done
+
+exec "$envd" "${args[@]}"

@@ -3,6 +3,9 @@
 //
 // Every flag can also be set through the environment: -default-user is
 // ENVD_DEFAULT_USER, and so on. A flag given on the command line wins.
+// Secrets belong in the environment: every user of the machine can read a
+// process's command line in /proc/PID/cmdline, so envd warns at startup when
+// -access-token is on it.
 package main
 
 import (
@@ -34,24 +37,27 @@ func run() error {
 	fs.IntVar(&cfg.Port, "port", 49983, "port of the envd API (processes, files, HTTP API, and the code API too)")
 	fs.IntVar(&cfg.CodePort, "code-port", 49999, "port of the code-interpreter API; 0 turns it off")
 	fs.StringVar(&cfg.DefaultUser, "default-user", "", "user that requests run as when they name none (default: `user` if it exists, else envd's own account)")
-	fs.StringVar(&cfg.AccessToken, "access-token", "", "token every request but /health must carry in X-Access-Token (default: none)")
+	fs.StringVar(&cfg.AccessToken, "access-token", "", "token every request but /health must carry in X-Access-Token (default: none); pass it as ENVD_ACCESS_TOKEN: every user can read a command line")
 	vsockPort := fs.Uint("vsock-port", 0, "also listen on this AF_VSOCK port (0: off)")
 	fs.StringVar(&cfg.UnixSocket, "unix-socket", "", "also listen on this unix socket path")
 	fs.BoolVar(&cfg.NoJupyter, "no-jupyter", false, "run without code execution")
 	fs.StringVar(&cfg.JupyterURL, "jupyter-url", "", "use the Jupyter server at this URL instead of starting one (its kernels need envd's startup files for rich results and env vars)")
 	fs.StringVar(&cfg.JupyterToken, "jupyter-token", "", "token of the -jupyter-url server")
-	fs.BoolVar(&cfg.JupyterAsRoot, "jupyter-as-root", false, "run Jupyter and its kernels as root (default: as the default user when envd is root)")
+	fs.BoolVar(&cfg.JupyterAsRoot, "jupyter-as-root", false, "run Jupyter and its kernels as root even with -strict-users")
+	fs.BoolVar(&cfg.StrictUsers, "strict-users", false, "give each request exactly its user's rights, as in a shell of that user (real uid switch, no capabilities; a user sees only its own processes), and run Jupyter and its kernels as the default user (default: as upstream envd, files read and parents created as root, kernels as root)")
 	fs.BoolVar(&cfg.SyncClock, "sync-clock", false, "let POST /init set the machine's clock from its timestamp (off: the clock is never touched)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	version := fs.Bool("version", false, "print the version and exit")
-	if err := fromEnv(fs); err != nil {
-		return err
-	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil // -h printed the usage: not a failure
 		}
+		return err
+	}
+	onCmdline := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCmdline[f.Name] = true })
+	if err := fromEnv(fs, onCmdline); err != nil {
 		return err
 	}
 	if *version {
@@ -76,6 +82,9 @@ func run() error {
 	default:
 		return fmt.Errorf("-log-format %q: want text or json", *logFormat)
 	}
+	if onCmdline["access-token"] && cfg.AccessToken != "" {
+		cfg.Logger.Warn("the access token is on envd's command line, which every user of the machine can read in /proc; set ENVD_ACCESS_TOKEN instead of -access-token")
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -84,11 +93,14 @@ func run() error {
 	return daemon.Run(ctx, cfg)
 }
 
-// fromEnv sets each flag from ENVD_<NAME> (dashes as underscores) when that
-// variable is set; flags parsed later override it.
-func fromEnv(fs *flag.FlagSet) error {
+// fromEnv sets each flag but those given on the command line (skip) from
+// ENVD_<NAME> (dashes as underscores) when that variable is set.
+func fromEnv(fs *flag.FlagSet, skip map[string]bool) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
+		if skip[f.Name] {
+			return
+		}
 		name := "ENVD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := os.LookupEnv(name); ok && err == nil {
 			if e := fs.Set(f.Name, v); e != nil {

@@ -31,8 +31,37 @@ type codeExec struct {
 	sup        *jupyter.Supervisor // nil with -no-jupyter
 	eng        *interpreter.Engine // nil with -no-jupyter
 	api        *codehttp.API
-	svc        server.Route // the Connect service
-	startupDir string       // kernel-side startup files, removed at stop
+	svc        server.Route   // the Connect service
+	startupDir string         // kernel-side startup files, removed at stop
+	runAs      *identity.User // the kernels' account; nil: envd's own
+}
+
+// kernelsUser is the account Jupyter and its kernels run as: envd's own
+// (nil) by default, as upstream's run as root; the default user in strict
+// mode when envd is root, unless -jupyter-as-root.
+func kernelsUser(cfg Config, defs *defaults.Defaults) (*identity.User, error) {
+	if !cfg.StrictUsers || cfg.JupyterAsRoot || os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := defs.User()
+	if err != nil {
+		return nil, fmt.Errorf("jupyter user: %w", err)
+	}
+	return u, nil
+}
+
+// kernelsUser names the kernels' account for the log ("" without Jupyter).
+func (c *codeExec) kernelsUser() string {
+	switch {
+	case c.sup == nil:
+		return ""
+	case c.runAs != nil:
+		return c.runAs.Name
+	}
+	if u, err := identity.Current(); err == nil {
+		return u.Name
+	}
+	return strconv.Itoa(os.Geteuid())
 }
 
 func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeExec, error) {
@@ -41,16 +70,11 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeEx
 		c.adapters(log, defs)
 		return c, nil
 	}
-	// Kernels run as the default user when envd is root, unless asked
-	// otherwise; as envd's own account else.
-	var runAs *identity.User
-	if os.Geteuid() == 0 && !cfg.JupyterAsRoot {
-		u, err := defs.User()
-		if err != nil {
-			return nil, fmt.Errorf("jupyter user: %w", err)
-		}
-		runAs = u
+	runAs, err := kernelsUser(cfg, defs)
+	if err != nil {
+		return nil, err
 	}
+	c.runAs = runAs
 	dir, err := os.MkdirTemp("", "envd-kernel-startup-")
 	if err != nil {
 		return nil, fmt.Errorf("kernel startup files: %w", err)
@@ -58,9 +82,7 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeEx
 	c.startupDir = dir
 	layout, err := startup.Install(dir)
 	if err == nil {
-		// IPython ignores a profile it cannot write to (history, caches),
-		// and with it our startup files: the kernels' user owns the tree.
-		err = chownTree(dir, runAs)
+		err = shareStartup(layout, runAs)
 	}
 	if err != nil {
 		os.RemoveAll(dir)
@@ -97,16 +119,26 @@ func (c *codeExec) adapters(log *slog.Logger, defs *defaults.Defaults) {
 	c.svc = server.Route{Pattern: path, Handler: h}
 }
 
-// chownTree gives the tree at dir to u (nothing if u is nil) and lets
-// everyone traverse its root.
-func chownTree(dir string, u *identity.User) error {
-	if err := os.Chmod(dir, 0o755); err != nil {
+// shareStartup lets every user read the startup files and gives the
+// IPython profile (only it) to the kernels' user u: IPython ignores a profile
+// it cannot write to (history, caches), and with it our startup files. With
+// u nil (the kernels are envd's own account) nothing changes hands.
+//
+// The tree's root and everything but the profile stay envd's: the kernels'
+// user cannot rename or replace the root (in sticky /tmp, only its owner
+// may) nor anything envd reads from it. After this, envd never writes into
+// the tree again; cleanup's os.RemoveAll removes it through directory fds
+// (unlinkat, and openat with O_NOFOLLOW to descend), so a link planted in the
+// profile is removed, never followed.
+func shareStartup(l startup.Layout, u *identity.User) error {
+	if err := os.Chmod(l.Dir, 0o755); err != nil {
 		return err
 	}
 	if u == nil {
 		return nil
 	}
-	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+	// Nothing runs as u yet: the tree cannot change under the walk.
+	return filepath.WalkDir(l.IPythonDir, func(p string, _ fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -164,7 +196,11 @@ func (c *codeExec) stop(ctx context.Context) {
 	}
 }
 
-// cleanup removes the kernels' startup files.
+// cleanup removes the kernels' startup files. The IPython profile in them
+// may belong to the kernels' user, and hold whatever its code planted:
+// os.RemoveAll unlinks through directory fds and opens subdirectories with
+// O_NOFOLLOW, so it removes a symlink there and never follows it; the tree's
+// root is envd's, so its path still names what envd created.
 func (c *codeExec) cleanup() {
 	if c.startupDir != "" {
 		os.RemoveAll(c.startupDir)

@@ -60,9 +60,17 @@ type Config struct {
 	StreamGrace time.Duration
 	// Clock times the grace periods. Nil: the real clock.
 	Clock quartz.Clock
-	// JupyterAsRoot runs Jupyter and its kernels as root; by default (envd
-	// being root) they run as the default user.
+	// JupyterAsRoot runs Jupyter and its kernels as root even with
+	// StrictUsers.
 	JupyterAsRoot bool
+	// StrictUsers gives every request exactly the rights its user has in a
+	// shell: file operations switch real ids and drop capabilities, cwd
+	// checks run as the user, a non-root user sees and signals only its own
+	// processes, and Jupyter and its kernels run as the default user.
+	// False (the default) behaves as upstream envd: files are read as root,
+	// writes create missing parents owned by the asked user, and Jupyter
+	// and its kernels run as root.
+	StrictUsers bool
 }
 
 // Defaults of the shutdown's grace periods.
@@ -97,7 +105,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s := serve(ctx, lns, cfg.Logger)
 	p.code.start()
-	cfg.Logger.Info("envd started", "version", Version, "default_user", user, "pid", os.Getpid(), "token", p.token.IsSet())
+	cfg.Logger.Info("envd started", "version", Version, "default_user", user, "pid", os.Getpid(), "token", p.token.IsSet(),
+		"strict_users", cfg.StrictUsers, "kernels_user", p.code.kernelsUser())
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
@@ -147,10 +156,16 @@ func newParts(cfg Config, user string) (*parts, error) {
 	p := &parts{cfg: cfg, log: log, token: &auth.Token{}}
 	p.token.Set(cfg.AccessToken)
 
-	p.procs = process.NewManager(process.Options{Logger: log.With("component", "process"), Env: defs.Env})
+	popts := process.Options{Logger: log.With("component", "process"), Env: defs.Env}
+	// TODO(merge): StrictUsers
+	// popts.StrictUsers = cfg.StrictUsers
+	p.procs = process.NewManager(popts)
 	opts := server.HandlerOptions(log, defs)
 	procPath, procHandler := process.NewService(p.procs, defs).Handler(opts...)
-	p.files = filesystem.New(filesystem.Options{Logger: log.With("component", "filesystem")})
+	fopts := filesystem.Options{Logger: log.With("component", "filesystem")}
+	// TODO(merge): StrictUsers
+	// fopts.StrictUsers = cfg.StrictUsers
+	p.files = filesystem.New(fopts)
 	filesPath, filesHandler := filesystem.NewService(p.files, defs).Handler(opts...)
 	api := httpapi.Options{Logger: log.With("component", "httpapi"), Files: p.files, Defaults: defs, Token: p.token, Version: Version}
 	if cfg.SyncClock {

@@ -17,7 +17,7 @@ const T = { timeout: 60000 }
 describe('code interpreter', () => {
   /** @type {Sandbox} */
   let sbx
-  let scratch // a directory the kernels' user (user) can enter
+  let scratch // a directory the kernels' user (root, or user when strict) can enter
 
   before(async () => {
     await startEnvd({ jupyter: true })

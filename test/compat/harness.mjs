@@ -11,6 +11,8 @@
 //   ENVD_START_TIMEOUT_MS    how long to wait for GET /health (default 30000)
 //   ENVD_LOG_LEVEL           envd's -log-level (default debug; the log is shown for failed tests)
 //   ENVD_KEEP_LOG=1          keep the temp dir with the logs even when all passed
+//   ENVD_COMPAT_STRICT=1     run envd with -strict-users; tests read STRICT to
+//                            expect strict mode's documented differences
 import { spawn, execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import net from 'node:net'
@@ -21,6 +23,16 @@ import { inspect } from 'node:util'
 import assert from 'node:assert/strict'
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
+
+/**
+ * Whether envd runs with -strict-users (ENVD_COMPAT_STRICT=1): each request
+ * has exactly its user's rights, kernels run as the default user. Else envd
+ * behaves as upstream's, and the tests expect upstream's behaviour.
+ */
+export const STRICT = ['1', 'true'].includes(process.env.ENVD_COMPAT_STRICT ?? '')
+
+/** The account the kernels run as: root as upstream, the default user when strict. */
+export const KERNEL_USER = STRICT ? 'user' : 'root'
 
 const START_TIMEOUT_MS = Number(process.env.ENVD_START_TIMEOUT_MS || 30000)
 const STOP_TIMEOUT_MS = 15000
@@ -133,6 +145,7 @@ export async function startEnvd(opts = {}) {
   const codeUrl = opts.jupyter ? `http://127.0.0.1:${codePort}` : undefined
   const args = ['-host', '127.0.0.1', '-port', String(port), '-code-port', String(codePort)]
   if (!opts.jupyter) args.push('-no-jupyter')
+  if (STRICT) args.push('-strict-users')
   args.push('-log-level', process.env.ENVD_LOG_LEVEL || 'debug', ...(opts.args ?? []))
 
   const child = spawn(bin, args, { stdio: ['ignore', logFd, logFd], env: { ...process.env, ...opts.env } })

@@ -78,12 +78,14 @@ func cleanEnv(extra ...string) []string { return testutil.CleanEnv(extra...) }
 
 // envd is one running daemon.
 type envd struct {
-	cmd    *exec.Cmd
-	url    string // http://127.0.0.1:port
-	sock   string // unix socket path, "" when none
-	stderr *syncBuffer
-	exited chan struct{} // closed when the process has exited
-	err    error         // Wait's result, valid once exited is closed
+	cmd  *exec.Cmd
+	url  string // http://127.0.0.1:port
+	sock string // unix socket path, "" when none
+	// guestHome is guest's home (0700, guest's own) with startOptions.guest.
+	guestHome string
+	stderr    *syncBuffer
+	exited    chan struct{} // closed when the process has exited
+	err       error         // Wait's result, valid once exited is closed
 }
 
 type startOptions struct {
@@ -97,7 +99,18 @@ type startOptions struct {
 	// jupyter starts envd with code execution (a Jupyter server), which
 	// it otherwise runs without (-no-jupyter).
 	jupyter bool
+	// guest runs envd where a second unprivileged account exists, without
+	// changing the machine: in a private mount namespace whose /etc/passwd
+	// and /etc/group are copies with guest (guestUID, no sudo, home
+	// envd.guestHome) added. Needs root.
+	guest bool
 }
+
+// The account that startOptions.guest adds.
+const (
+	guestName = "guest"
+	guestUID  = 54321 // also its gid
+)
 
 // startEnvd runs the binary and returns once /health answers 204. The
 // daemon, and any process it left, is killed by pid when the test ends.
@@ -139,6 +152,9 @@ func launch(t *testing.T, o startOptions) *envd {
 		exited: make(chan struct{}),
 	}
 	e.cmd = exec.Command(envdBin, args...)
+	if o.guest {
+		e.guestHome, e.cmd = withGuest(t, e.cmd)
+	}
 	e.cmd.Env = cleanEnv(o.env...)
 	e.cmd.Stdout = e.stderr
 	e.cmd.Stderr = e.stderr
@@ -156,6 +172,55 @@ func launch(t *testing.T, o startOptions) *envd {
 		}
 	})
 	return e
+}
+
+// withGuest returns cmd run so that it sees an account guest that the
+// machine lacks, and guest's home: unshare(1) gives it a private mount
+// namespace (mounts in it never propagate out) in which copies of
+// /etc/passwd and /etc/group with guest added are bind-mounted over the
+// originals, then execs cmd (same pid: unshare and sh exec, neither forks).
+// What envd starts inherits the namespace, and sees guest too.
+func withGuest(t *testing.T, cmd *exec.Cmd) (home string, _ *exec.Cmd) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("a guest account needs root (mount namespaces)")
+	}
+	// Not t.TempDir: guest must be able to reach its home.
+	dir, err := os.MkdirTemp("", "envd-guest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home = filepath.Join(dir, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(home, guestUID, guestUID); err != nil {
+		t.Fatal(err)
+	}
+	id := strconv.Itoa(guestUID)
+	withLine := func(orig, line string) string {
+		b, err := os.ReadFile(orig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > 0 && b[len(b)-1] != '\n' {
+			b = append(b, '\n')
+		}
+		p := filepath.Join(dir, filepath.Base(orig))
+		if err := os.WriteFile(p, append(b, line+"\n"...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	passwd := withLine("/etc/passwd", guestName+":x:"+id+":"+id+"::"+home+":/bin/sh")
+	group := withLine("/etc/group", guestName+":x:"+id+":")
+	const script = `mount --bind "$1" /etc/passwd && mount --bind "$2" /etc/group && shift 2 && exec "$@"`
+	args := append([]string{"-m", "--propagation", "private", "sh", "-c", script, "sh", passwd, group, cmd.Path}, cmd.Args[1:]...)
+	return home, exec.Command("unshare", args...)
 }
 
 // kill ends the daemon and whatever it started, by pid, if still running.

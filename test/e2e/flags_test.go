@@ -62,7 +62,7 @@ func TestHelp(t *testing.T) {
 	if err != nil {
 		t.Errorf("envd -h: %v, want exit 0", err)
 	}
-	for _, flag := range []string{"-host", "-port", "-code-port", "-default-user", "-access-token", "-vsock-port", "-unix-socket", "-log-format", "-version"} {
+	for _, flag := range []string{"-host", "-port", "-code-port", "-default-user", "-access-token", "-vsock-port", "-unix-socket", "-log-format", "-version", "-strict-users", "-jupyter-as-root"} {
 		if !strings.Contains(string(out), "  "+flag+" ") && !strings.Contains(string(out), "  "+flag+"\n") {
 			t.Errorf("usage lacks %s:\n%s", flag, out)
 		}
@@ -224,5 +224,50 @@ func TestFlagBeatsEnv(t *testing.T) {
 	})
 	if logs := e.stderr.String(); !strings.Contains(logs, "level=INFO") || strings.HasPrefix(logs, "{") {
 		t.Errorf("-log-format text did not win over ENVD_LOG_FORMAT=json:\n%s", logs)
+	}
+}
+
+// TestAccessTokenOnCommandLine: a token given as -access-token, which every
+// user can read in /proc/PID/cmdline, draws one warning naming
+// ENVD_ACCESS_TOKEN; the same token from the environment draws none.
+func TestAccessTokenOnCommandLine(t *testing.T) {
+	t.Parallel()
+	const token = "cmdline-token-e2e"
+	tests := []struct {
+		name string
+		args []string
+		env  []string
+		warn bool
+	}{
+		{name: "flag", args: []string{"-access-token", token}, warn: true},
+		{name: "flag beside the variable", args: []string{"-access-token", token}, env: []string{"ENVD_ACCESS_TOKEN=" + token}, warn: true},
+		{name: "environment", env: []string{"ENVD_ACCESS_TOKEN=" + token}},
+		{name: "no token", args: []string{"-access-token", ""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := startEnvd(t, startOptions{args: tt.args, env: tt.env})
+			e.cmd.Process.Signal(syscall.SIGTERM)
+			if code := e.wait(t, shutdownGrace+requestTimeout); code != 0 {
+				t.Errorf("exit code %d", code)
+			}
+			logs := e.stderr.String()
+			warnings := 0
+			for _, line := range strings.Split(logs, "\n") {
+				if strings.Contains(line, "level=WARN") && strings.Contains(line, "ENVD_ACCESS_TOKEN") {
+					warnings++
+					if !strings.Contains(line, "-access-token") || !strings.Contains(line, "/proc") {
+						t.Errorf("the warning does not say why nor which flag: %s", line)
+					}
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[tt.warn]; warnings != want {
+				t.Errorf("%d warnings about the token on the command line, want %d:\n%s", warnings, want, logs)
+			}
+			if strings.Contains(logs, token) {
+				t.Errorf("the access token is in the log:\n%s", logs)
+			}
+		})
 	}
 }

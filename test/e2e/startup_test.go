@@ -123,7 +123,8 @@ func TestStartupScript(t *testing.T) {
 func TestStartupScriptFlags(t *testing.T) {
 	t.Parallel()
 	fake := filepath.Join(t.TempDir(), "envd")
-	os.WriteFile(fake, []byte("#!/bin/sh\necho \"args=$*\"\necho \"port=$ENVD_PORT vsock=$ENVD_VSOCK_PORT lang=$LANG\"\n"), 0o755)
+	os.WriteFile(fake, []byte("#!/bin/sh\necho \"args=$*\"\necho \"port=$ENVD_PORT vsock=$ENVD_VSOCK_PORT lang=$LANG\"\n"+
+		"[ -z \"$ENVD_ACCESS_TOKEN\" ] || echo \"token=$ENVD_ACCESS_TOKEN\"\n"), 0o755)
 	tests := []struct {
 		name string
 		env  []string
@@ -134,6 +135,10 @@ func TestStartupScriptFlags(t *testing.T) {
 		{"host from the environment", []string{"ENVD_HOST=127.0.0.1"}, nil, "args=\nport= vsock= lang=C.UTF-8\n"},
 		{"variables pass through", []string{"ENVD_PORT=1234", "ENVD_VSOCK_PORT=5678", "LANG=de_DE.UTF-8"}, nil, "args=-host 0.0.0.0\nport=1234 vsock=5678 lang=de_DE.UTF-8\n"},
 		{"arguments pass through", nil, []string{"-log-level", "debug"}, "args=-host 0.0.0.0 -log-level debug\nport= vsock= lang=C.UTF-8\n"},
+		// The token never reaches envd's command line, which every user can read.
+		{"token from the environment", []string{"ENVD_ACCESS_TOKEN=s3cret"}, nil, "args=-host 0.0.0.0\nport= vsock= lang=C.UTF-8\ntoken=s3cret\n"},
+		{"token argument moved to the environment", nil, []string{"-log-level", "debug", "-access-token", "s3 cret", "-no-jupyter"}, "args=-host 0.0.0.0 -log-level debug -no-jupyter\nport= vsock= lang=C.UTF-8\ntoken=s3 cret\n"},
+		{"token argument with =", nil, []string{"--access-token=a=b"}, "args=-host 0.0.0.0\nport= vsock= lang=C.UTF-8\ntoken=a=b\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
