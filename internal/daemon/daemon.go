@@ -156,15 +156,11 @@ func newParts(cfg Config, user string) (*parts, error) {
 	p := &parts{cfg: cfg, log: log, token: &auth.Token{}}
 	p.token.Set(cfg.AccessToken)
 
-	popts := process.Options{Logger: log.With("component", "process"), Env: defs.Env}
-	// TODO(merge): StrictUsers
-	// popts.StrictUsers = cfg.StrictUsers
+	popts := process.Options{Logger: log.With("component", "process"), Env: defs.Env, StrictUsers: cfg.StrictUsers}
 	p.procs = process.NewManager(popts)
 	opts := server.HandlerOptions(log, defs)
 	procPath, procHandler := process.NewService(p.procs, defs).Handler(opts...)
-	fopts := filesystem.Options{Logger: log.With("component", "filesystem")}
-	// TODO(merge): StrictUsers
-	// fopts.StrictUsers = cfg.StrictUsers
+	fopts := filesystem.Options{Logger: log.With("component", "filesystem"), StrictUsers: cfg.StrictUsers}
 	p.files = filesystem.New(fopts)
 	filesPath, filesHandler := filesystem.NewService(p.files, defs).Handler(opts...)
 	api := httpapi.Options{Logger: log.With("component", "httpapi"), Files: p.files, Defaults: defs, Token: p.token, Version: Version}
