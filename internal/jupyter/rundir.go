@@ -72,10 +72,11 @@ func (s *Supervisor) prepareDir() error {
 	if err != nil {
 		return fmt.Errorf("jupyter: open runtime dir: %w", err)
 	}
-	s.dirs.top = top
 	if err := checkPrivate(top); err != nil {
+		_ = top.Close() // and Stop leaves it alone
 		return fmt.Errorf("jupyter: runtime dir %s: %w", dir, err)
 	}
+	s.dirs.top = top
 	if s.ownsDir {
 		// Held until Stop: a later envd removes the directory only once
 		// the lock is free (this process is gone); see reclaimStale.
