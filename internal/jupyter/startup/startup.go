@@ -131,9 +131,11 @@ type Options struct {
 	// Python is the interpreter in the bash kernelspec's argv;
 	// "" means DefaultPython.
 	Python string
-	// Owner, if set, gets the install root and every directory and file
-	// Install creates or replaces (IPython ignores a profile its user
-	// cannot write, and with it the startup files). nil: envd's account.
+	// Owner, if set, gets IPythonDir and every directory and file Install
+	// creates or replaces in it: IPython ignores a profile its user cannot
+	// write (history, caches), and with it our startup files. The rest of
+	// the tree stays envd's, read-only for everyone else. nil: envd's
+	// account.
 	Owner *Owner
 }
 
@@ -152,8 +154,8 @@ func Install(dir string) (Layout, error) {
 // files from older versions are removed from the directories envd owns, so
 // it is safe to call on every start, even while kernels are running.
 //
-// The tree may belong to the kernels' user (Options.Owner), whose code can
-// plant links and rename directories in it while Install runs. Install
+// Part of the tree may belong to the kernels' user (Options.Owner), whose
+// code can plant links and rename directories in it while Install runs. Install
 // works on it only through an os.Root opened on dir itself (dir must not
 // be a link): every path is resolved below that descriptor, so no link nor
 // rename takes root's writes, chowns or removals out of the tree, and the
@@ -172,7 +174,7 @@ func InstallWith(dir string, opts Options) (Layout, error) {
 	}
 	l := Layout{
 		Dir:            abs,
-		IPythonDir:     filepath.Join(abs, "ipython"),
+		IPythonDir:     filepath.Join(abs, ipythonDir),
 		MatplotlibRC:   filepath.Join(abs, "matplotlib", "matplotlibrc"),
 		JupyterPath:    abs,
 		PythonPath:     filepath.Join(abs, "python"),
@@ -326,7 +328,7 @@ type writer struct {
 // renamed over name.
 func (w writer) writeFile(name string, data []byte) error {
 	if old, err := w.root.ReadFile(name); err == nil && bytes.Equal(old, data) {
-		if fi, err := w.root.Lstat(name); err == nil && fi.Mode() == 0o644 && w.owns(fi) {
+		if fi, err := w.root.Lstat(name); err == nil && fi.Mode() == 0o644 && owns(w.ownerOf(name), fi) {
 			return nil
 		}
 	}
@@ -341,8 +343,8 @@ func (w writer) writeFile(name string, data []byte) error {
 	}
 	defer w.root.Remove(tmp) // no-op after a successful rename
 	_, err = f.Write(data)
-	if err == nil && w.owner != nil {
-		err = f.Chown(int(w.owner.UID), int(w.owner.GID))
+	if o := w.ownerOf(name); err == nil && o != nil {
+		err = f.Chown(int(o.UID), int(o.GID))
 	}
 	if err == nil {
 		err = f.Chmod(0o644)
@@ -386,8 +388,8 @@ func (w writer) setDir(dir string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("%s is not a directory", dir)
 	}
-	if !w.owns(fi) {
-		if err := d.Chown(int(w.owner.UID), int(w.owner.GID)); err != nil {
+	if o := w.ownerOf(dir); !owns(o, fi) {
+		if err := d.Chown(int(o.UID), int(o.GID)); err != nil {
 			return err
 		}
 	}
@@ -397,13 +399,25 @@ func (w writer) setDir(dir string) error {
 	return nil
 }
 
-// owns reports whether fi has the owner the tree should have.
-func (w writer) owns(fi fs.FileInfo) bool {
-	if w.owner == nil {
-		return true // whoever created it: envd
+// ownerOf returns the owner that name (relative to the root) should have;
+// nil: envd's account, which created it.
+func (w writer) ownerOf(name string) *Owner {
+	if name == ipythonDir || strings.HasPrefix(name, ipythonDir+string(filepath.Separator)) {
+		return w.owner
+	}
+	return nil
+}
+
+// ipythonDir is IPythonDir relative to the install root.
+const ipythonDir = "ipython"
+
+// owns reports whether fi has owner o (nil: anyone, as envd created it).
+func owns(o *Owner, fi fs.FileInfo) bool {
+	if o == nil {
+		return true
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && st.Uid == w.owner.UID && st.Gid == w.owner.GID
+	return ok && st.Uid == o.UID && st.Gid == o.GID
 }
 
 func randomSuffix() string {
