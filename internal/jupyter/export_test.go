@@ -12,3 +12,6 @@ func DropConnectionForTest(k *Kernel) {
 	_ = c.CloseNow()
 	<-done // the reader calls connLost before it exits
 }
+
+// RuntimeDirForTest returns the runtime directory of a started s.
+func RuntimeDirForTest(s *Supervisor) string { return s.runtimeDir }

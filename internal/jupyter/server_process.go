@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/envd-dev/envd/internal/reaper"
 )
 
@@ -157,38 +159,17 @@ func (s *Supervisor) env(marker string) []string {
 	return append(env, s.opts.Env...) // exec keeps the last of duplicate keys
 }
 
-// prepareDir creates the runtime directory tree, owned by RunAs.
-func (s *Supervisor) prepareDir() error {
-	dir := s.opts.RuntimeDir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "envd-jupyter-")
-		if err != nil {
-			return fmt.Errorf("jupyter: create runtime dir: %w", err)
-		}
-		dir, s.ownsDir = d, true
-	}
-	s.runtimeDir = dir
-	for _, d := range []string{dir, filepath.Join(dir, "config"), filepath.Join(dir, "runtime")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return fmt.Errorf("jupyter: create runtime dir: %w", err)
-		}
-		if err := s.chown(d); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // writeConfig writes the server's config files: the TCP_NODELAY patch and
-// the token (in a 0600 file, so that other users cannot read it).
+// the token, which only envd and RunAs (by its group) can read; see
+// rundir.go.
 func (s *Supervisor) writeConfig(token string) error {
-	cfg := filepath.Join(s.runtimeDir, "config")
-	py := filepath.Join(cfg, "jupyter_server_config.py")
+	cfg := s.dirs.config
+	const py = "jupyter_server_config.py"
 	if s.opts.DisableLatencyFixes {
-		if err := os.Remove(py); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := unix.Unlinkat(int(cfg.Fd()), py, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("jupyter: write config: %w", err)
 		}
-	} else if err := s.writeFile(py, serverConfigPy, 0o644); err != nil {
+	} else if err := writeFileAt(cfg, py, serverConfigPy, 0o644, -1); err != nil {
 		return err
 	}
 	js, err := json.Marshal(map[string]any{"ServerApp": map[string]any{
@@ -204,36 +185,11 @@ func (s *Supervisor) writeConfig(token string) error {
 	if err != nil {
 		return err
 	}
-	return s.writeFile(filepath.Join(cfg, "jupyter_server_config.json"), js, 0o600)
-}
-
-// writeFile writes atomically (temp file, then rename) and chowns to RunAs.
-func (s *Supervisor) writeFile(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return fmt.Errorf("jupyter: write config: %w", err)
+	mode, gid := uint32(0o600), -1
+	if u := s.opts.RunAs; u != nil {
+		mode, gid = 0o640, int(u.GID)
 	}
-	if err := os.Chmod(tmp, mode); err != nil { // WriteFile keeps an old file's mode
-		return fmt.Errorf("jupyter: write config: %w", err)
-	}
-	if err := s.chown(tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("jupyter: write config: %w", err)
-	}
-	return nil
-}
-
-func (s *Supervisor) chown(path string) error {
-	u := s.opts.RunAs
-	if u == nil {
-		return nil
-	}
-	if err := os.Chown(path, int(u.UID), int(u.GID)); err != nil {
-		return fmt.Errorf("jupyter: chown runtime dir: %w", err)
-	}
-	return nil
+	return writeFileAt(cfg, "jupyter_server_config.json", js, mode, gid)
 }
 
 // stopRun stops a server process and everything it started. graceful sends

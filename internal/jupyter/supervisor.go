@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -41,11 +39,16 @@ type Options struct {
 	// win. Zero: nothing added.
 	Env []string
 	// RunAs runs the server and kernels as this user (envd must be root).
-	// Zero (nil): envd's own user.
+	// The server's token is readable by RunAs's primary group: that group
+	// should be the user's own. Zero (nil): envd's own user.
 	RunAs *User
 	// RuntimeDir holds the server's config, token and connection files. It
-	// is created (0700, owned by RunAs) if missing. Zero: a fresh temporary
-	// directory, removed by Stop.
+	// is created if missing; it must be a directory (not a link) of envd's
+	// account that no one else can write, else Start fails. Start makes it
+	// 0755 when RunAs is set and replaces its config and runtime
+	// subdirectories; Stop removes the token and the runtime subdirectory.
+	// Zero: a fresh temporary directory, removed by Stop (and, if envd was
+	// killed before, by a later Start). See rundir.go for the layout.
 	RuntimeDir string
 
 	// URL and Token select an existing server: no process is started, it
@@ -119,8 +122,9 @@ type ServerStatus struct {
 type Supervisor struct {
 	opts       Options
 	log        *slog.Logger
-	runtimeDir string // set by Start
-	ownsDir    bool   // runtimeDir is a temp dir of ours
+	runtimeDir string      // set by Start
+	ownsDir    bool        // runtimeDir is a temp dir of ours
+	dirs       runtimeDirs // runtimeDir's descriptors, set by Start
 
 	ctx     context.Context // cancelled by Stop
 	cancel  context.CancelFunc
@@ -275,16 +279,7 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 		c.Close()
 	}
 	s.setStatus(func(st *ServerStatus) { st.State, st.URL, st.PID = ServerStopped, "", 0 })
-	if s.runtimeDir != "" && !s.ownsDir {
-		// Leave the caller's directory, but not a token in it.
-		_ = os.Remove(filepath.Join(s.runtimeDir, "config", "jupyter_server_config.json"))
-	}
-	if s.ownsDir {
-		if err := os.RemoveAll(s.runtimeDir); err != nil {
-			return fmt.Errorf("jupyter: remove runtime dir: %w", err)
-		}
-	}
-	return nil
+	return s.removeDir()
 }
 
 // Ready blocks until the server is healthy, ctx is done, or the supervisor

@@ -41,7 +41,9 @@ package startup
 
 import (
 	"bytes"
+	"crypto/rand"
 	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,6 +52,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 //go:embed all:files
@@ -128,7 +131,16 @@ type Options struct {
 	// Python is the interpreter in the bash kernelspec's argv;
 	// "" means DefaultPython.
 	Python string
+	// Owner, if set, gets IPythonDir and every directory and file Install
+	// creates or replaces in it: IPython ignores a profile its user cannot
+	// write (history, caches), and with it our startup files. The rest of
+	// the tree stays envd's, read-only for everyone else. nil: envd's
+	// account.
+	Owner *Owner
 }
+
+// Owner is the account that owns an install.
+type Owner struct{ UID, GID uint32 }
 
 // Install writes the kernel-side files under dir (created if needed) with
 // the default options. See InstallWith.
@@ -141,6 +153,13 @@ func Install(dir string) (Layout, error) {
 // alone, others are replaced atomically (temp file + rename), and stale
 // files from older versions are removed from the directories envd owns, so
 // it is safe to call on every start, even while kernels are running.
+//
+// Part of the tree may belong to the kernels' user (Options.Owner), whose
+// code can plant links and rename directories in it while Install runs. Install
+// works on it only through an os.Root opened on dir itself (dir must not
+// be a link): every path is resolved below that descriptor, so no link nor
+// rename takes root's writes, chowns or removals out of the tree, and the
+// files it creates are new (O_EXCL) and chowned through their descriptor.
 func InstallWith(dir string, opts Options) (Layout, error) {
 	if dir == "" {
 		return Layout{}, errors.New("startup: empty install dir")
@@ -155,7 +174,7 @@ func InstallWith(dir string, opts Options) (Layout, error) {
 	}
 	l := Layout{
 		Dir:            abs,
-		IPythonDir:     filepath.Join(abs, "ipython"),
+		IPythonDir:     filepath.Join(abs, ipythonDir),
 		MatplotlibRC:   filepath.Join(abs, "matplotlib", "matplotlibrc"),
 		JupyterPath:    abs,
 		PythonPath:     filepath.Join(abs, "python"),
@@ -193,15 +212,50 @@ func InstallWith(dir string, opts Options) (Layout, error) {
 	}
 	want["kernels/"+BashKernelName+"/kernel.json"] = spec
 
+	root, err := openInstallRoot(abs)
+	if err != nil {
+		return Layout{}, err
+	}
+	defer root.Close()
+	w := writer{root: root, owner: opts.Owner}
 	for rel, data := range want {
-		if err := writeFile(filepath.Join(abs, filepath.FromSlash(rel)), data); err != nil {
+		if err := w.writeFile(filepath.FromSlash(rel), data); err != nil {
 			return Layout{}, fmt.Errorf("startup: install %s: %w", rel, err)
 		}
 	}
-	if err := prune(abs, want); err != nil {
+	if err := prune(root, want); err != nil {
 		return Layout{}, fmt.Errorf("startup: remove stale files: %w", err)
 	}
+	// Last, the root: everyone may traverse it (the kernels' user must).
+	if err := w.setDir("."); err != nil {
+		return Layout{}, fmt.Errorf("startup: install dir: %w", err)
+	}
 	return l, nil
+}
+
+// openInstallRoot creates dir if missing and opens it as an os.Root,
+// making sure that what was opened is dir itself and not where a link
+// planted at its name points.
+func openInstallRoot(dir string) (*os.Root, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("startup: create install dir: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("startup: install dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("startup: install dir %s is not a directory (%v)", dir, fi.Mode().Type())
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("startup: open install dir: %w", err)
+	}
+	if rfi, err := root.Stat("."); err != nil || !os.SameFile(fi, rfi) {
+		root.Close()
+		return nil, fmt.Errorf("startup: install dir %s was replaced while opening it", dir)
+	}
+	return root, nil
 }
 
 // ownedDirs are the directories whose every file comes from Install; files
@@ -212,9 +266,9 @@ var ownedDirs = []string{
 	"kernels/" + BashKernelName,
 }
 
-func prune(root string, want map[string][]byte) error {
+func prune(root *os.Root, want map[string][]byte) error {
 	for _, dir := range ownedDirs {
-		entries, err := os.ReadDir(filepath.Join(root, filepath.FromSlash(dir)))
+		entries, err := readDir(root, filepath.FromSlash(dir))
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
@@ -226,62 +280,150 @@ func prune(root string, want map[string][]byte) error {
 			if _, ok := want[rel]; ok || isTemp(e.Name()) {
 				continue
 			}
-			if err := os.RemoveAll(filepath.Join(root, filepath.FromSlash(rel))); err != nil {
+			if err := root.RemoveAll(filepath.FromSlash(rel)); err != nil {
 				return err
 			}
 		}
 	}
 	// Startup scripts: only ours are named *envd*.py.
-	startupDir := filepath.Join(root, "ipython", "profile_default", "startup")
-	entries, err := os.ReadDir(startupDir)
+	const startupDir = "ipython/profile_default/startup"
+	entries, err := readDir(root, filepath.FromSlash(startupDir))
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
-		rel := "ipython/profile_default/startup/" + e.Name()
+		rel := startupDir + "/" + e.Name()
 		if _, ok := want[rel]; ok || isTemp(e.Name()) || !strings.Contains(e.Name(), "envd") {
 			continue
 		}
-		if err := os.Remove(filepath.Join(startupDir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := root.Remove(filepath.FromSlash(rel)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}
 	return nil
 }
 
+func readDir(root *os.Root, name string) ([]fs.DirEntry, error) {
+	d, err := root.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.ReadDir(-1)
+}
+
 // isTemp reports whether name is a temp file of writeFile (maybe of a
 // concurrent Install); leftovers are harmless: nothing loads dot-files.
 func isTemp(name string) bool { return strings.HasPrefix(name, ".") }
 
-// writeFile makes path hold data (mode 0644), replacing it atomically.
-func writeFile(name string, data []byte) error {
-	if old, err := os.ReadFile(name); err == nil && bytes.Equal(old, data) {
-		if fi, err := os.Stat(name); err == nil && fi.Mode().Perm() == 0o644 {
+// writer writes files in an install tree.
+type writer struct {
+	root  *os.Root
+	owner *Owner
+}
+
+// writeFile makes name (relative to the root) hold data, mode 0644 and
+// the owner's, replacing it atomically: a new temp file (O_EXCL: never an
+// existing file or link), owner and mode set through its descriptor, then
+// renamed over name.
+func (w writer) writeFile(name string, data []byte) error {
+	if old, err := w.root.ReadFile(name); err == nil && bytes.Equal(old, data) {
+		if fi, err := w.root.Lstat(name); err == nil && fi.Mode() == 0o644 && owns(w.ownerOf(name), fi) {
 			return nil
 		}
 	}
 	dir := filepath.Dir(name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := w.mkdirAll(dir); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(name)+".tmp*")
+	tmp := filepath.Join(dir, "."+filepath.Base(name)+".tmp"+randomSuffix())
+	f, err := w.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if _, err := f.Write(data); err != nil {
-		f.Close()
+	defer w.root.Remove(tmp) // no-op after a successful rename
+	_, err = f.Write(data)
+	if o := w.ownerOf(name); err == nil && o != nil {
+		err = f.Chown(int(o.UID), int(o.GID))
+	}
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
 	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
+	return w.root.Rename(tmp, name)
+}
+
+// mkdirAll creates dir and its missing parents below the root, each 0755
+// and the owner's.
+func (w writer) mkdirAll(dir string) error {
+	if dir == "." {
+		return nil
+	}
+	if err := w.mkdirAll(filepath.Dir(dir)); err != nil {
 		return err
 	}
-	if err := f.Close(); err != nil {
+	if err := w.root.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	return os.Rename(tmp, name)
+	return w.setDir(dir)
+}
+
+// setDir makes the directory dir 0755 and the owner's, through a
+// descriptor of it.
+func (w writer) setDir(dir string) error {
+	d, err := w.root.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	fi, err := d.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if o := w.ownerOf(dir); !owns(o, fi) {
+		if err := d.Chown(int(o.UID), int(o.GID)); err != nil {
+			return err
+		}
+	}
+	if fi.Mode().Perm() != 0o755 {
+		return d.Chmod(0o755)
+	}
+	return nil
+}
+
+// ownerOf returns the owner that name (relative to the root) should have;
+// nil: envd's account, which created it.
+func (w writer) ownerOf(name string) *Owner {
+	if name == ipythonDir || strings.HasPrefix(name, ipythonDir+string(filepath.Separator)) {
+		return w.owner
+	}
+	return nil
+}
+
+// ipythonDir is IPythonDir relative to the install root.
+const ipythonDir = "ipython"
+
+// owns reports whether fi has owner o (nil: anyone, as envd created it).
+func owns(o *Owner, fi fs.FileInfo) bool {
+	if o == nil {
+		return true
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Uid == o.UID && st.Gid == o.GID
+}
+
+func randomSuffix() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // never fails on Linux
+	return hex.EncodeToString(b)
 }
 
 // cjkFonts are files of Debian's fonts-noto-cjk; E2B's template adds
