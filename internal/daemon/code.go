@@ -3,12 +3,10 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 
 	"github.com/envd-dev/envd/internal/auth"
@@ -27,13 +25,13 @@ import (
 // Connect service. With -no-jupyter only the adapters exist, answering 503
 // and unavailable.
 type codeExec struct {
-	log        *slog.Logger
-	sup        *jupyter.Supervisor // nil with -no-jupyter
-	eng        *interpreter.Engine // nil with -no-jupyter
-	api        *codehttp.API
-	svc        server.Route   // the Connect service
-	startupDir string         // kernel-side startup files, removed at stop
-	runAs      *identity.User // the kernels' account; nil: envd's own
+	log     *slog.Logger
+	sup     *jupyter.Supervisor // nil with -no-jupyter
+	eng     *interpreter.Engine // nil with -no-jupyter
+	api     *codehttp.API
+	svc     server.Route   // the Connect service
+	startup *startup.Temp  // kernel-side startup files, removed at stop
+	runAs   *identity.User // the kernels' account; nil: envd's own
 }
 
 // kernelsUser is the account Jupyter and its kernels run as: envd's own
@@ -75,19 +73,19 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeEx
 		return nil, err
 	}
 	c.runAs = runAs
-	dir, err := os.MkdirTemp("", "envd-kernel-startup-")
+	// The startup files stay envd's; only the IPython profile is the
+	// kernels' user's (IPython ignores a profile it cannot write to, and
+	// with it our startup files). See startup.Options.Owner.
+	var stOpts startup.Options
+	if runAs != nil {
+		stOpts.Owner = &startup.Owner{UID: runAs.UID, GID: runAs.GID}
+	}
+	st, err := startup.InstallTemp(stOpts)
 	if err != nil {
 		return nil, fmt.Errorf("kernel startup files: %w", err)
 	}
-	c.startupDir = dir
-	layout, err := startup.Install(dir)
-	if err == nil {
-		err = shareStartup(layout, runAs)
-	}
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("kernel startup files: %w", err)
-	}
+	c.startup = st
+	layout := st.Layout
 	sopts := jupyter.Options{Env: layout.Env(), Logger: log, URL: cfg.JupyterURL, Token: cfg.JupyterToken}
 	if runAs != nil {
 		sopts.RunAs = &jupyter.User{UID: runAs.UID, GID: runAs.GID, Groups: runAs.Groups, Home: runAs.Home, Name: runAs.Name}
@@ -117,33 +115,6 @@ func (c *codeExec) adapters(log *slog.Logger, defs *defaults.Defaults) {
 	c.api = codehttp.New(c.eng, codehttp.Options{Logger: log})
 	path, h := codeconnect.New(c.eng, codeconnect.Options{Logger: log}).Handler(server.HandlerOptions(log, defs)...)
 	c.svc = server.Route{Pattern: path, Handler: h}
-}
-
-// shareStartup lets every user read the startup files and gives the
-// IPython profile (only it) to the kernels' user u: IPython ignores a profile
-// it cannot write to (history, caches), and with it our startup files. With
-// u nil (the kernels are envd's own account) nothing changes hands.
-//
-// The tree's root and everything but the profile stay envd's: the kernels'
-// user cannot rename or replace the root (in sticky /tmp, only its owner
-// may) nor anything envd reads from it. After this, envd never writes into
-// the tree again; cleanup's os.RemoveAll removes it through directory fds
-// (unlinkat, and openat with O_NOFOLLOW to descend), so a link planted in the
-// profile is removed, never followed.
-func shareStartup(l startup.Layout, u *identity.User) error {
-	if err := os.Chmod(l.Dir, 0o755); err != nil {
-		return err
-	}
-	if u == nil {
-		return nil
-	}
-	// Nothing runs as u yet: the tree cannot change under the walk.
-	return filepath.WalkDir(l.IPythonDir, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, int(u.UID), int(u.GID))
-	})
 }
 
 // routes are the code API's routes for envd's main port: the HTTP API and
@@ -196,13 +167,12 @@ func (c *codeExec) stop(ctx context.Context) {
 	}
 }
 
-// cleanup removes the kernels' startup files. The IPython profile in them
-// may belong to the kernels' user, and hold whatever its code planted:
-// os.RemoveAll unlinks through directory fds and opens subdirectories with
-// O_NOFOLLOW, so it removes a symlink there and never follows it; the tree's
-// root is envd's, so its path still names what envd created.
+// cleanup removes the kernels' startup files (startup.Temp.Remove never
+// follows a link the kernels' user planted in its profile).
 func (c *codeExec) cleanup() {
-	if c.startupDir != "" {
-		os.RemoveAll(c.startupDir)
+	if c.startup != nil {
+		if err := c.startup.Remove(); err != nil {
+			c.log.Warn("remove kernel startup files", "error", err)
+		}
 	}
 }

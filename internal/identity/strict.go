@@ -8,6 +8,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// init keeps the main goroutine on the main thread for good (LockOSThread
+// called from init does that for the whole program), so no other goroutine
+// ever runs there. DoStrict's threads never come back to Go, and a thread
+// that is not given back is only parked: had one been the main thread,
+// whose credentials /proc and kill(2) take as the whole process's, envd
+// would look like, and be signalable by, the user it acted for (seen in a
+// test: /proc/PID/status said Uid 1001).
+func init() { runtime.LockOSThread() }
+
 // DoStrict runs fn with exactly u's rights, as a shell logged in as u would
 // have them: the real, effective, saved and filesystem uid and gid and the
 // supplementary groups are u's, and the thread holds no capability. Unlike

@@ -144,3 +144,25 @@ func TestDoStrictReturnsErrorAndPanics(t *testing.T) {
 	}()
 	u.DoStrict(func() error { panic("pan") })
 }
+
+// TestDoStrictLeavesTheProcessRoot: whatever threads DoStrict used, the
+// process as /proc and kill(2) see it (its main thread) stays root: were it
+// the user's, that user could signal envd.
+func TestDoStrictLeavesTheProcessRoot(t *testing.T) {
+	t.Parallel()
+	u := doUser(t)
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() { u.DoStrict(func() error { return nil }) })
+	}
+	wg.Wait()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "Uid:") && strings.Fields(line)[1:] != nil && strings.Join(strings.Fields(line)[1:], " ") != "0 0 0 0" {
+			t.Errorf("after DoStrict the process is %q, want root", line)
+		}
+	}
+}
