@@ -4,6 +4,16 @@
 //
 // Lookups read /etc/passwd and /etc/group on every call (os/user without cgo),
 // so accounts created after envd started are seen at once.
+//
+// Two ways to act as a user, for the two modes of envd (see the README's
+// "Who is trusted, and with what"). [User.Do] switches one thread's
+// filesystem ids: the kernel checks paths as the user and new files are the
+// user's, while the thread keeps root's other capabilities; it suits writes
+// made on behalf of an API caller, who may act as anyone anyway.
+// [User.DoStrict] gives a thread exactly the user's ids and no capability,
+// as a shell of that user has: nothing it does is checked against anything
+// but the user (strict mode, and every check whose answer the user must not
+// learn more from than a shell would tell).
 package identity
 
 import (
