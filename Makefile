@@ -21,7 +21,7 @@ deps: ## install what envd and its tests need (idempotent)
 
 .PHONY: build
 build: ## build bin/envd, static
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/envd ./cmd/envd
+	CGO_ENABLED=0 go build -buildvcs=auto -trimpath -ldflags "-s -w" -o $(BIN)/envd ./cmd/envd
 
 .PHONY: run
 run: deps build ## install what is missing, then run envd with Jupyter on localhost

@@ -17,6 +17,8 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -48,30 +50,47 @@ func run() error {
 	fs.BoolVar(&cfg.SyncClock, "sync-clock", false, "let POST /init set the machine's clock from its timestamp (off: the clock is never touched)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	version := fs.Bool("version", false, "print the version and exit")
+	version := fs.Bool("version", false, "print the version, commit and Go version, and exit")
+	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil // -h printed the usage: not a failure
 		}
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: envd takes only flags (see envd -h)", fs.Arg(0))
+	}
 	onCmdline := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCmdline[f.Name] = true })
 	if err := fromEnv(fs, onCmdline); err != nil {
 		return err
 	}
+	// from names where a flag's value came from, for messages.
+	from := func(name string) string {
+		if !onCmdline[name] {
+			if env := envName(name); os.Getenv(env) != "" {
+				return env + "="
+			}
+		}
+		return "-" + name + " "
+	}
 	if *version {
-		fmt.Println(daemon.Version)
+		fmt.Println(versionLine())
 		return nil
 	}
 	if *vsockPort > math.MaxUint32 {
-		return fmt.Errorf("-vsock-port %d: want at most %d", *vsockPort, uint32(math.MaxUint32))
+		return fmt.Errorf("%s%d: want at most %d", from("vsock-port"), *vsockPort, uint32(math.MaxUint32))
 	}
 	cfg.VsockPort = uint32(*vsockPort)
+	if cfg.Port != 0 && cfg.Port == cfg.CodePort {
+		return fmt.Errorf("%s%d and %s%d are the same port: give the code API another one, or -code-port 0 to serve it on -port alone",
+			from("port"), cfg.Port, from("code-port"), cfg.CodePort)
+	}
 
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("-log-level: %w", err)
+		return fmt.Errorf("%s%q: want debug, info, warn or error", from("log-level"), *logLevel)
 	}
 	hopts := &slog.HandlerOptions{Level: level}
 	switch *logFormat {
@@ -80,7 +99,7 @@ func run() error {
 	case "json":
 		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, hopts))
 	default:
-		return fmt.Errorf("-log-format %q: want text or json", *logFormat)
+		return fmt.Errorf("%s%q: want text or json", from("log-format"), *logFormat)
 	}
 	if onCmdline["access-token"] && cfg.AccessToken != "" {
 		cfg.Logger.Warn("the access token is on envd's command line, which every user of the machine can read in /proc; set ENVD_ACCESS_TOKEN instead of -access-token")
@@ -93,20 +112,72 @@ func run() error {
 	return daemon.Run(ctx, cfg)
 }
 
+// envName is the variable that sets a flag: ENVD_<NAME>, dashes as
+// underscores.
+func envName(flagName string) string {
+	return "ENVD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
 // fromEnv sets each flag but those given on the command line (skip) from
-// ENVD_<NAME> (dashes as underscores) when that variable is set.
+// its variable (envName) when that is set.
 func fromEnv(fs *flag.FlagSet, skip map[string]bool) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if skip[f.Name] {
 			return
 		}
-		name := "ENVD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envName(f.Name)
 		if v, ok := os.LookupEnv(name); ok && err == nil {
 			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", name, v, e)
+				err = fmt.Errorf("%s=%q: %s", name, v, want(f))
 			}
 		}
 	})
 	return err
+}
+
+// want says what values a flag takes, for an error about a variable.
+func want(f *flag.Flag) string {
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return "want true or false (or 1 or 0)"
+	}
+	switch f.Value.(flag.Getter).Get().(type) {
+	case int, uint, int64, uint64:
+		return "want a whole number"
+	}
+	return "invalid value"
+}
+
+// usage is -h: the flags, and where else they can come from.
+func usage(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprintf(w, "Usage: envd [flags]\n\n")
+	fmt.Fprintf(w, "envd serves processes, files and code execution inside a sandbox.\n\n")
+	fmt.Fprintf(w, "Every flag can also be set by an environment variable: -default-user by\n")
+	fmt.Fprintf(w, "ENVD_DEFAULT_USER, -no-jupyter by ENVD_NO_JUPYTER=true, and so on (dashes\n")
+	fmt.Fprintf(w, "as underscores); a flag on the command line wins. Pass the access token as\n")
+	fmt.Fprintf(w, "ENVD_ACCESS_TOKEN: every user of the machine can read a command line.\n\nFlags:\n")
+	fs.PrintDefaults()
+}
+
+// versionLine is what -version prints: envd's version, the commit it was
+// built from (with "-dirty" for uncommitted changes) and the Go version.
+func versionLine() string {
+	commit, dirty := "unknown", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+				if len(commit) > 12 {
+					commit = commit[:12]
+				}
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = "-dirty"
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("envd %s (commit %s%s, %s)", daemon.Version, commit, dirty, runtime.Version())
 }

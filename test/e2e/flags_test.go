@@ -42,11 +42,15 @@ func TestVersion(t *testing.T) {
 			if err != nil {
 				t.Fatalf("envd %v: %v", tt.args, err)
 			}
-			if got, want := string(out), daemon.Version+"\n"; got != want {
-				t.Errorf("envd %v printed %q, want %q", tt.args, got, want)
+			// "envd 0.1.0 (commit 0123456789ab, go1.26.0)"; the commit is
+			// "unknown" in a binary built without version control stamps,
+			// with "-dirty" when the checkout had changes.
+			re := regexp.MustCompile(`^envd ` + regexp.QuoteMeta(daemon.Version) + ` \(commit ([0-9a-f]{12}(-dirty)?|unknown), go[0-9.]+\S*\)\n$`)
+			if !re.MatchString(string(out)) {
+				t.Errorf("envd %v printed %q, want it to match %s", tt.args, out, re)
 			}
-			if !regexp.MustCompile(`^\d+\.\d+\.\d+`).MatchString(string(out)) {
-				t.Errorf("version %q is not semver", out)
+			if !regexp.MustCompile(`^\d+\.\d+\.\d+`).MatchString(daemon.Version) {
+				t.Errorf("version %q is not semver", daemon.Version)
 			}
 		})
 	}
@@ -61,6 +65,11 @@ func TestHelp(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Errorf("envd -h: %v, want exit 0", err)
+	}
+	for _, want := range []string{"ENVD_DEFAULT_USER", "ENVD_ACCESS_TOKEN", "a flag on the command line wins"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("usage does not mention %s:\n%s", want, out)
+		}
 	}
 	for _, flag := range []string{"-host", "-port", "-code-port", "-default-user", "-access-token", "-vsock-port", "-unix-socket", "-log-format", "-version", "-strict-users", "-jupyter-as-root"} {
 		if !strings.Contains(string(out), "  "+flag+" ") && !strings.Contains(string(out), "  "+flag+"\n") {
@@ -90,12 +99,16 @@ func TestBadFlags(t *testing.T) {
 		{name: "port not a number", args: []string{"-port", "abc"}, want: `invalid value "abc" for flag -port`},
 		{name: "unknown flag", args: []string{"-nope"}, want: "flag provided but not defined: -nope"},
 		{name: "log format", args: append(safe, "-port", "0", "-log-format", "xml"), want: `-log-format "xml": want text or json`},
-		{name: "log level", args: append(safe, "-port", "0", "-log-level", "loud"), want: "-log-level:"},
 		{name: "vsock port not a number", args: []string{"-vsock-port", "-1"}, want: `invalid value "-1" for flag -vsock-port`},
 		{name: "vsock port too large", args: append(safe, "-port", "0", "-vsock-port", "4294967297"), want: "-vsock-port 4294967297: want at most 4294967295"},
-		{name: "env port not a number", env: []string{"ENVD_PORT=abc"}, want: `ENVD_PORT="abc": parse error`},
-		{name: "env bool", env: []string{"ENVD_NO_JUPYTER=maybe"}, want: `ENVD_NO_JUPYTER="maybe"`},
-		{name: "env bad value wins over a good flag", args: []string{"-port", "0"}, env: []string{"ENVD_LOG_FORMAT=yaml"}, want: `-log-format "yaml": want text or json`},
+		{name: "env port not a number", env: []string{"ENVD_PORT=abc"}, want: `ENVD_PORT="abc": want a whole number`},
+		{name: "env bool", env: []string{"ENVD_NO_JUPYTER=maybe"}, want: `ENVD_NO_JUPYTER="maybe": want true or false (or 1 or 0)`},
+		{name: "env bad value wins over a good flag", args: []string{"-port", "0"}, env: []string{"ENVD_LOG_FORMAT=yaml"}, want: `ENVD_LOG_FORMAT="yaml": want text or json`},
+		{name: "env log level", args: []string{"-port", "0"}, env: []string{"ENVD_LOG_LEVEL=bogus"}, want: `ENVD_LOG_LEVEL="bogus": want debug, info, warn or error`},
+		{name: "flag log level", args: append(safe, "-port", "0", "-log-level", "loud"), want: `-log-level "loud": want debug, info, warn or error`},
+		{name: "positional argument", args: append(safe, "-port", "0", "serve"), want: `unexpected argument "serve": envd takes only flags`},
+		{name: "port is the code port", args: []string{"-host", "127.0.0.1", "-no-jupyter", "-port", "5000", "-code-port", "5000"}, want: "-port 5000 and -code-port 5000 are the same port"},
+		{name: "env port is the code port", args: []string{"-host", "127.0.0.1", "-no-jupyter", "-port", "5000"}, env: []string{"ENVD_CODE_PORT=5000"}, want: "-port 5000 and ENVD_CODE_PORT=5000 are the same port"},
 		{name: "unknown default user", args: append(safe, "-port", "0", "-default-user", "no-such-user-envd-test"), want: `default user: unknown user: "no-such-user-envd-test"`},
 		{name: "port out of range", args: append(safe, "-port", "70000"), want: "listen on port 70000"},
 		{name: "port in use", args: append(safe, "-port", busyPort), want: "listen on port " + busyPort},
