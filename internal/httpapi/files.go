@@ -35,9 +35,14 @@ func (a *API) authorizeFiles(r *http.Request, operation string) error {
 		if a.o.Token.Match(h) {
 			return nil
 		}
-		return errors.New("access token present in header but does not match")
+		return errors.New(server.TokenError(true))
 	}
 	q := r.URL.Query()
+	if q.Get("signature") == "" {
+		// Signatures are for URLs handed to others: a client that gave
+		// none learns about the token first.
+		return fmt.Errorf("%s, or sign the URL (signature and signature_expiration query parameters)", server.TokenError(false))
+	}
 	return a.o.Token.CheckSignature(q.Get("signature"), q.Get("path"), operation, q.Get("username"), q.Get("signature_expiration"), a.o.Now())
 }
 

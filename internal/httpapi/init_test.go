@@ -36,9 +36,9 @@ func TestSignedFiles(t *testing.T) {
 		status int
 		msg    string
 	}{
-		{"no token, no signature", "GET", []string{"path", p}, nil, 401, "missing signature query parameter"},
+		{"no token, no signature", "GET", []string{"path", p}, nil, 401, "this envd requires an access token: send it in the X-Access-Token header, or sign the URL"},
 		{"token header", "GET", []string{"path", p}, []string{"X-Access-Token", "secret-token"}, 200, ""},
-		{"wrong token header", "GET", []string{"path", p}, []string{"X-Access-Token", "nope"}, 401, "access token present in header but does not match"},
+		{"wrong token header", "GET", []string{"path", p}, []string{"X-Access-Token", "nope"}, 401, "the access token in X-Access-Token is not this envd's"},
 		{"signed", "GET", []string{"path", p, "signature", sign(p, "read", "", 0)}, nil, 200, ""},
 		{"signed with user and expiry", "GET", []string{"path", p, "username", "root", "signature", sign(p, "read", "root", now.Unix()+60), "signature_expiration", future}, nil, 200, ""},
 		{"expired", "GET", []string{"path", p, "signature", sign(p, "read", "", now.Unix()-1), "signature_expiration", past}, nil, 401, "signature is already expired"},
@@ -67,7 +67,7 @@ func TestSignedFiles(t *testing.T) {
 		})
 	}
 	// /envs and /metrics need the token; /init checks it itself.
-	wantError(t, e.do(t, "GET", "/envs", nil, nil, nil), 401, "unauthorized access")
+	wantError(t, e.do(t, "GET", "/envs", nil, nil, nil), 401, "this envd requires an access token")
 	if r := e.do(t, "GET", "/envs", nil, hdr("X-Access-Token", "secret-token"), nil); r.status != 200 {
 		t.Errorf("/envs with the token: %d", r.status)
 	}

@@ -141,13 +141,29 @@ func WriteError(w http.ResponseWriter, status int, msg string) {
 	}{status, msg})
 }
 
+// Messages of a request refused for its token: one without it learns that
+// this envd needs one, and where; one with a wrong one, that it is wrong.
+const (
+	msgTokenMissing = "this envd requires an access token: send it in the X-Access-Token header"
+	msgTokenWrong   = "the access token in X-Access-Token is not this envd's"
+)
+
+// TokenError is the message for a request refused for its access token:
+// given says whether it carried one (a wrong one).
+func TokenError(given bool) string {
+	if given {
+		return msgTokenWrong
+	}
+	return msgTokenMissing
+}
+
 // requireToken answers 401 to a request for a non-public route that lacks
 // the access token, once one is set.
 func requireToken(next http.Handler, mux *http.ServeMux, public map[string]bool, token *auth.Token) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if token.IsSet() {
 			if _, pattern := mux.Handler(r); !public[pattern] && !token.Match(r.Header.Get("X-Access-Token")) {
-				WriteError(w, http.StatusUnauthorized, "unauthorized access, please provide a valid access token or method signing if supported")
+				WriteError(w, http.StatusUnauthorized, TokenError(r.Header.Get("X-Access-Token") != ""))
 				return
 			}
 		}

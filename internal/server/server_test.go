@@ -33,8 +33,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// The message of the token check's 401, on the wire (contract 7.6).
-const unauthorizedMsg = "unauthorized access, please provide a valid access token or method signing if supported"
+// The messages of the token check's 401: a missing token, a wrong one.
+const (
+	unauthorizedMsg = "this envd requires an access token: send it in the X-Access-Token header"
+	wrongTokenMsg   = "the access token in X-Access-Token is not this envd's"
+)
 
 // testTimeout bounds each request of these tests.
 const testTimeout = 10 * time.Second
@@ -408,15 +411,15 @@ func TestAccessToken(t *testing.T) {
 		{name: "health with wrong token", method: "GET", path: "/health", hdr: map[string]string{"X-Access-Token": "bad"}, wantStatus: 204},
 		{name: "public route without token", method: "POST", path: "/public", wantStatus: 200, wantBody: "public ok"},
 		{name: "private route without token", method: "GET", path: "/private", wantStatus: 401, wantBody: unauthorizedMsg},
-		{name: "private route with wrong token", method: "GET", path: "/private", hdr: map[string]string{"X-Access-Token": "secreT"}, wantStatus: 401, wantBody: unauthorizedMsg},
+		{name: "private route with wrong token", method: "GET", path: "/private", hdr: map[string]string{"X-Access-Token": "secreT"}, wantStatus: 401, wantBody: wrongTokenMsg},
 		{name: "private route with token", method: "GET", path: "/private", hdr: map[string]string{"X-Access-Token": "secret"}, wantStatus: 200, wantBody: "private ok"},
 		{name: "token in another header", method: "GET", path: "/private", hdr: map[string]string{"Authorization": "Bearer secret"}, wantStatus: 401, wantBody: unauthorizedMsg},
 		{name: "unary without token", method: "POST", path: listPath, hdr: unaryJSON, body: []byte(`{}`), wantStatus: 401, wantBody: unauthorizedMsg},
-		{name: "unary with wrong token", method: "POST", path: listPath, hdr: with(unaryJSON, "X-Access-Token", "x"), body: []byte(`{}`), wantStatus: 401, wantBody: unauthorizedMsg},
+		{name: "unary with wrong token", method: "POST", path: listPath, hdr: with(unaryJSON, "X-Access-Token", "x"), body: []byte(`{}`), wantStatus: 401, wantBody: wrongTokenMsg},
 		{name: "unary with empty token", method: "POST", path: listPath, hdr: with(unaryJSON, "X-Access-Token", ""), body: []byte(`{}`), wantStatus: 401, wantBody: unauthorizedMsg},
 		{name: "unary with token", method: "POST", path: listPath, hdr: with(unaryJSON, "X-Access-Token", "secret"), body: []byte(`{}`), wantStatus: 200, wantBody: `"cmd":"root"`},
 		{name: "stream without token", method: "POST", path: startPath, hdr: streamJSON, body: startBody, wantStatus: 401, wantBody: unauthorizedMsg},
-		{name: "stream with wrong token", method: "POST", path: startPath, hdr: with(streamJSON, "X-Access-Token", "nope"), body: startBody, wantStatus: 401, wantBody: unauthorizedMsg},
+		{name: "stream with wrong token", method: "POST", path: startPath, hdr: with(streamJSON, "X-Access-Token", "nope"), body: startBody, wantStatus: 401, wantBody: wrongTokenMsg},
 		{name: "stream with token", method: "POST", path: startPath, hdr: with(streamJSON, "X-Access-Token", "secret"), body: startBody, wantStatus: 200},
 		// An unknown path matches no public route: with a token set it is
 		// refused before the mux can say 404, as upstream's middleware does.
@@ -436,7 +439,7 @@ func TestAccessToken(t *testing.T) {
 			if resp.StatusCode != 401 {
 				return
 			}
-			// The HTTP API's shape, on Connect routes too (contract 7.6).
+			// The HTTP API's shape, on Connect routes too, as upstream's.
 			if ct := resp.Header.Get("Content-Type"); ct != "application/json; charset=utf-8" {
 				t.Errorf("Content-Type %q", ct)
 			}
@@ -444,8 +447,8 @@ func TestAccessToken(t *testing.T) {
 				Code    int    `json:"code"`
 				Message string `json:"message"`
 			}
-			if err := json.Unmarshal(body, &e); err != nil || e.Code != 401 || e.Message != unauthorizedMsg {
-				t.Errorf("body %q = %+v, %v; want {code:401, message:%q}", body, e, err, unauthorizedMsg)
+			if err := json.Unmarshal(body, &e); err != nil || e.Code != 401 || e.Message != tt.wantBody {
+				t.Errorf("body %q = %+v, %v; want {code:401, message:%q}", body, e, err, tt.wantBody)
 			}
 		})
 	}
