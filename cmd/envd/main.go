@@ -21,6 +21,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/envd-dev/envd/internal/daemon"
 )
@@ -92,7 +93,7 @@ func run() error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("%s%q: want debug, info, warn or error", from("log-level"), *logLevel)
 	}
-	hopts := &slog.HandlerOptions{Level: level}
+	hopts := &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}
 	switch *logFormat {
 	case "text":
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, hopts))
@@ -180,4 +181,23 @@ func versionLine() string {
 		}
 	}
 	return fmt.Sprintf("envd %s (commit %s%s, %s)", daemon.Version, commit, dirty, runtime.Version())
+}
+
+// readableDurations rounds every duration logged to three significant
+// digits ("1.23s", "45.7ms", "812µs"), as a person reads them, not
+// "1.234567891s".
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.DurationValue(roundDuration(a.Value.Duration()))
+	}
+	return a
+}
+
+// roundDuration keeps three significant digits of d.
+func roundDuration(d time.Duration) time.Duration {
+	unit := time.Duration(1)
+	for m := d.Abs(); m >= 1000; m /= 10 {
+		unit *= 10
+	}
+	return d.Round(unit)
 }

@@ -441,7 +441,8 @@ func (s *Supervisor) runOnce() error {
 			return nil
 		}
 		err = fmt.Errorf("jupyter: start server: %w", err)
-		s.log.Warn("jupyter server failed to start", "error", err, "output", run.out.String())
+		s.log.Warn("jupyter server failed to start", "error", err)
+		s.logTail(run)
 		return err
 	}
 
@@ -467,8 +468,8 @@ func (s *Supervisor) runOnce() error {
 		})
 		orphans := sweep(run.marker)
 		s.finishOutput(run)
-		s.log.Warn("jupyter server crashed", "error", err, "pid", run.pid,
-			"orphans_killed", orphans, "output", run.out.String())
+		s.log.Warn("jupyter server crashed", "error", err, "pid", run.pid, "orphans_killed", orphans)
+		s.logTail(run)
 		return err
 	case <-s.ctx.Done():
 		s.stopRun(run, true)
@@ -497,5 +498,19 @@ func (s *Supervisor) waitHealthy(c *Client, run *serverRun) error {
 			return fmt.Errorf("server not healthy after %s: %w", s.opts.StartTimeout, err)
 		case <-time.After(25 * time.Millisecond):
 		}
+	}
+}
+
+// tailLines is how many of its last output lines are logged when a server
+// fails or crashes.
+const tailLines = 20
+
+// logTail logs the last lines the server (and its kernels) printed, one
+// record a line: read as they were printed, not one attribute full of
+// escaped line breaks.
+func (s *Supervisor) logTail(run *serverRun) {
+	lines := run.out.Lines(tailLines)
+	for i, line := range lines {
+		s.log.Warn("jupyter server output", "pid", run.pid, "line", fmt.Sprintf("%d/%d", i+1, len(lines)), "text", line)
 	}
 }

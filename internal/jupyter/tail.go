@@ -1,6 +1,9 @@
 package jupyter
 
-import "sync"
+import (
+	"strings"
+	"sync"
+)
 
 // tailBuffer is an io.Writer that keeps only the last max bytes written. It
 // holds the server's (and its kernels') stdout/stderr so that a crash can be
@@ -58,4 +61,29 @@ func (t *tailBuffer) String() string {
 		return string(t.buf)
 	}
 	return string(t.buf[t.start:]) + string(t.buf[:t.start])
+}
+
+// Lines returns the last n lines retained, oldest first, without their
+// line breaks. A line cut by the ring's start is dropped, and so are empty
+// trailing lines.
+func (t *tailBuffer) Lines(n int) []string {
+	s := t.String()
+	t.mu.Lock()
+	cut := t.full
+	t.mu.Unlock()
+	if cut {
+		if i := strings.IndexByte(s, '\n'); i >= 0 {
+			s = s[i+1:]
+		} else {
+			return nil
+		}
+	}
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) == 1 && lines[0] == "" {
+		return nil
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines
 }

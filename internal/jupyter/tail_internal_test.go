@@ -1,6 +1,7 @@
 package jupyter
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -45,5 +46,29 @@ func TestTailBufferStaysBounded(t *testing.T) {
 	}
 	if got := len(b.String()); got != 1024 || cap(b.buf) > 2048 {
 		t.Errorf("len %d cap %d", got, cap(b.buf))
+	}
+}
+
+func TestTailLines(t *testing.T) {
+	tests := []struct {
+		name  string
+		max   int
+		write string
+		n     int
+		want  []string
+	}{
+		{"nothing", 64, "", 5, nil},
+		{"all", 64, "a\nb\nc\n", 5, []string{"a", "b", "c"}},
+		{"last n", 64, "a\nb\nc\n", 2, []string{"b", "c"}},
+		{"no final newline", 64, "a\nb", 5, []string{"a", "b"}},
+		{"cut first line dropped", 8, "xxxxxx\nyy\nzz\n", 5, []string{"yy", "zz"}},
+		{"one cut line", 4, "xxxxxxxx", 5, nil},
+	}
+	for _, tt := range tests {
+		b := newTailBuffer(tt.max)
+		b.Write([]byte(tt.write))
+		if got := b.Lines(tt.n); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: Lines(%d) = %q, want %q", tt.name, tt.n, got, tt.want)
+		}
 	}
 }
