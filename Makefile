@@ -62,6 +62,18 @@ checkgenerate: generate ## fail if regenerating changes anything
 bench: deps build ## benchmarks that print ratios against in-run baselines
 	bench/run.sh
 
+.PHONY: envctl
+envctl: ## build bin/envctl, static
+	CGO_ENABLED=0 go build -buildvcs=auto -trimpath -ldflags "-s -w" -o $(BIN)/envctl ./cmd/envctl
+
+# Where `make install` puts envd and envctl.
+PREFIX ?= /usr/local
+
+.PHONY: install
+install: build envctl ## install envd and envctl in PREFIX/bin (default /usr/local/bin)
+	install -D -m 0755 $(BIN)/envd $(DESTDIR)$(PREFIX)/bin/envd
+	install -D -m 0755 $(BIN)/envctl $(DESTDIR)$(PREFIX)/bin/envctl
+
 .PHONY: clean
-clean:
+clean: ## remove what the build made (bin/)
 	rm -rf $(BIN)
