@@ -23,6 +23,7 @@ package client
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"net"
 	"net/http"
 	"strings"
@@ -254,4 +255,16 @@ func streamContext(ctx context.Context, timeout time.Duration) (context.Context,
 		return sctx, func() { stop(); cancelT(); cancel() }
 	}
 	return sctx, func() { stop(); cancel() }
+}
+
+// streamError is rpcError for a stream that followed ctx (streamContext):
+// the stream carries no deadline (envd would take it for the process's
+// own timeout), so the caller's deadline ends it as a cancellation, which
+// is reported as what it was: context.DeadlineExceeded.
+func streamError(ctx context.Context, op string, err error) error {
+	out := rpcError(op, err)
+	if e, ok := errors.AsType[*Error](out); ok && e.Code == connect.CodeCanceled && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		e.Code, e.Message, e.Err = connect.CodeDeadlineExceeded, "deadline exceeded", context.Cause(ctx)
+	}
+	return out
 }

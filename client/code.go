@@ -351,7 +351,7 @@ func (r *Execution) next() (ExecEvent, bool) {
 			if r.reattach(err) {
 				continue
 			}
-			r.err = rpcError(r.op, err)
+			r.err = streamError(r.ctx, r.op, err)
 			return ExecEvent{}, false
 		}
 		if ev.GetSeq() < r.nextSeq && ev.GetKeepalive() == nil {

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"os/exec"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -30,7 +32,20 @@ type Error struct {
 	Message string
 	// Err is the underlying error: a *connect.Error, a *DialError, ...
 	Err error
+
+	// about says what the failure concerns, for the standard library's
+	// sentinels (see Is): a file, or the command of a process.
+	about subject
 }
+
+// subject is what an Error concerns, beyond its code.
+type subject uint8
+
+const (
+	aboutOther   subject = iota
+	aboutFile            // a file operation: fs.ErrNotExist and the like match
+	aboutCommand         // starting a command: exec.ErrNotFound matches a missing one
+)
 
 func (e *Error) Error() string {
 	var b strings.Builder
@@ -58,10 +73,39 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Is makes errors.Is(err, ErrNotFound) and the other sentinels match by code.
+// Is makes errors.Is(err, ErrNotFound) and the other sentinels match by
+// code, and the standard library's where one means the same:
+// context.DeadlineExceeded and context.Canceled; for a file operation
+// fs.ErrNotExist, fs.ErrExist and fs.ErrPermission; for starting a command
+// that does not exist, exec.ErrNotFound.
 func (e *Error) Is(target error) bool {
-	s, ok := target.(*sentinel)
-	return ok && s.code == e.Code
+	if s, ok := target.(*sentinel); ok {
+		return s.code == e.Code
+	}
+	switch target {
+	case context.DeadlineExceeded:
+		return e.Code == connect.CodeDeadlineExceeded
+	case context.Canceled:
+		return e.Code == connect.CodeCanceled
+	case fs.ErrNotExist:
+		return e.about == aboutFile && e.Code == connect.CodeNotFound
+	case fs.ErrExist:
+		return e.about == aboutFile && e.Code == connect.CodeAlreadyExists
+	case fs.ErrPermission:
+		return e.about == aboutFile && e.Code == connect.CodePermissionDenied
+	case exec.ErrNotFound:
+		return e.about == aboutCommand && e.Code == connect.CodeInvalidArgument &&
+			(strings.Contains(e.Message, "executable not found") || strings.Contains(e.Message, "no such file or directory"))
+	}
+	return false
+}
+
+// concerning marks err, if it is an *Error, as concerning s.
+func concerning(s subject, err error) error {
+	if e, ok := errors.AsType[*Error](err); ok {
+		e.about = s
+	}
+	return err
 }
 
 // sentinel is an error that stands for a Connect code.

@@ -80,7 +80,7 @@ func (c *Client) Stat(ctx context.Context, path string) (*FileInfo, error) {
 	c.init()
 	resp, err := c.fs.Stat(ctx, request(c, &fspb.StatRequest{Path: path}, ""))
 	if err != nil {
-		return nil, rpcError("stat "+path, err)
+		return nil, fileRPCError("stat "+path, err)
 	}
 	fi := fileInfo(resp.Msg.GetEntry())
 	return &fi, nil
@@ -95,7 +95,7 @@ func (c *Client) ListDir(ctx context.Context, path string, depth int) ([]FileInf
 	}
 	resp, err := c.fs.ListDir(ctx, request(c, &fspb.ListDirRequest{Path: path, Depth: uint32(depth)}, ""))
 	if err != nil {
-		return nil, rpcError("list "+path, err)
+		return nil, fileRPCError("list "+path, err)
 	}
 	out := make([]FileInfo, 0, len(resp.Msg.GetEntries()))
 	for _, e := range resp.Msg.GetEntries() {
@@ -110,7 +110,7 @@ func (c *Client) MakeDir(ctx context.Context, path string) (*FileInfo, error) {
 	c.init()
 	resp, err := c.fs.MakeDir(ctx, request(c, &fspb.MakeDirRequest{Path: path}, ""))
 	if err != nil {
-		return nil, rpcError("make directory "+path, err)
+		return nil, fileRPCError("make directory "+path, err)
 	}
 	fi := fileInfo(resp.Msg.GetEntry())
 	return &fi, nil
@@ -122,7 +122,7 @@ func (c *Client) Move(ctx context.Context, src, dst string) (*FileInfo, error) {
 	c.init()
 	resp, err := c.fs.Move(ctx, request(c, &fspb.MoveRequest{Source: src, Destination: dst}, ""))
 	if err != nil {
-		return nil, rpcError("move "+src+" to "+dst, err)
+		return nil, fileRPCError("move "+src+" to "+dst, err)
 	}
 	fi := fileInfo(resp.Msg.GetEntry())
 	return &fi, nil
@@ -133,7 +133,7 @@ func (c *Client) Move(ctx context.Context, src, dst string) (*FileInfo, error) {
 func (c *Client) Remove(ctx context.Context, path string) error {
 	c.init()
 	_, err := c.fs.Remove(ctx, request(c, &fspb.RemoveRequest{Path: path}, ""))
-	return rpcError("remove "+path, err)
+	return fileRPCError("remove "+path, err)
 }
 
 // filesURL is the /files URL of path, for the client's user.
@@ -170,7 +170,7 @@ func (c *Client) Upload(ctx context.Context, path string, r io.Reader) (string, 
 		return "", transportError(op, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", httpError(op, resp)
+		return "", fileHTTPError(op, resp)
 	}
 	defer resp.Body.Close()
 	var written []struct {
@@ -244,7 +244,7 @@ func (c *Client) Download(ctx context.Context, path string) (*FileReader, error)
 		return nil, transportError(op, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, httpError(op, resp)
+		return nil, fileHTTPError(op, resp)
 	}
 	return &FileReader{Size: resp.ContentLength, body: resp.Body, op: op}, nil
 }
@@ -305,7 +305,7 @@ func (c *Client) Watch(ctx context.Context, path string, o WatchOptions) (*Watch
 	stream, err := c.fs.WatchDir(sctx, request(c, &fspb.WatchDirRequest{Path: path, Recursive: o.Recursive, IncludeEntry: o.IncludeEntry}, ""))
 	if err != nil {
 		cancel()
-		return nil, rpcError(op, err)
+		return nil, fileRPCError(op, err)
 	}
 	w := &Watcher{op: op, cancel: cancel, close: stream.Close, stream: stream}
 	for {
@@ -315,7 +315,7 @@ func (c *Client) Watch(ctx context.Context, path string, o WatchOptions) (*Watch
 			if err == nil {
 				err = errors.New("the watch ended before it started")
 			}
-			return nil, rpcError(op, err)
+			return nil, fileRPCError(op, err)
 		}
 		if stream.Msg().GetStart() != nil {
 			return w, nil
@@ -353,7 +353,7 @@ func (w *Watcher) Events() iter.Seq2[FileEvent, error] {
 		err := w.stream.Err()
 		w.release()
 		if err != nil && connect.CodeOf(err) != connect.CodeCanceled {
-			yield(FileEvent{}, rpcError(w.op, err))
+			yield(FileEvent{}, fileRPCError(w.op, err))
 		} else if err == nil {
 			yield(FileEvent{}, &Error{Op: w.op, Code: connect.CodeUnavailable, Message: "envd ended the watch"})
 		}
@@ -371,4 +371,12 @@ func (w *Watcher) release() {
 		w.cancel()
 		w.close()
 	})
+}
+
+// fileRPCError and fileHTTPError are rpcError and httpError for file
+// operations: their errors match fs.ErrNotExist and the like.
+func fileRPCError(op string, err error) error { return concerning(aboutFile, rpcError(op, err)) }
+
+func fileHTTPError(op string, resp *http.Response) error {
+	return concerning(aboutFile, httpError(op, resp))
 }

@@ -2,13 +2,16 @@ package client_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -249,5 +252,36 @@ func TestWatchClose(t *testing.T) {
 	time.AfterFunc(100*time.Millisecond, func() { w.Close() })
 	for _, err := range w.Events() {
 		t.Errorf("event or error after Close: %v", err)
+	}
+}
+
+// TestStdlibSentinels: a failed file operation matches the standard
+// library's fs sentinels as os's own errors do; other failures of the same
+// code do not; a caller's deadline is context.DeadlineExceeded.
+func TestStdlibSentinels(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, client.Options{User: "user"})
+	ctx := testContext(t, testutil.Wait)
+	dir := sandboxDir(t)
+
+	_, err := c.Stat(ctx, dir+"/missing")
+	if !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("Stat of a missing file: %v, want fs.ErrNotExist and client.ErrNotFound", err)
+	}
+	if _, err := c.MakeDir(ctx, dir); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("MakeDir of an existing dir: %v, want fs.ErrExist", err)
+	}
+	if err := c.Remove(ctx, "/root"); !errors.Is(err, fs.ErrPermission) {
+		t.Errorf("Remove /root as user: %v, want fs.ErrPermission", err)
+	}
+	if err := c.Signal(ctx, client.Selector{PID: 999999}, syscall.SIGKILL); !errors.Is(err, client.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Kill of a missing pid: %v, want client.ErrNotFound and not fs.ErrNotExist", err)
+	}
+
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = c.Run(short, client.Command{Name: "sleep", Args: []string{"30"}})
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		t.Errorf("Run past the caller's deadline: %v, want context.DeadlineExceeded", err)
 	}
 }

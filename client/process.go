@@ -187,7 +187,7 @@ func (c *Client) Start(ctx context.Context, cmd Command) (*Process, error) {
 	stream, err := c.proc.Start(sctx, request(c, req, cmd.User))
 	if err != nil {
 		cancel()
-		return nil, rpcError(op, err)
+		return nil, concerning(aboutCommand, rpcError(op, err))
 	}
 	p := &Process{
 		c:       c,
@@ -354,10 +354,14 @@ func (p *Process) awaitStart() error {
 			if err == nil {
 				err = errors.New("the stream ended before the process started")
 			}
-			return rpcError(p.op, err)
+			return concerning(aboutCommand, streamError(p.ctx, p.op, err))
 		}
 		if s := ev.GetStart(); s != nil {
 			p.PID = s.GetPid()
+			if strings.HasPrefix(p.op, "start ") {
+				// From now on a failure is in following it.
+				p.op = fmt.Sprintf("follow process %d (%s)", p.PID, strings.TrimPrefix(p.op, "start "))
+			}
 			return nil
 		}
 		if ev.GetKeepalive() == nil {
@@ -415,7 +419,7 @@ func (p *Process) finish(err error) {
 			return
 		}
 	}
-	p.err = rpcError(p.op, err)
+	p.err = streamError(p.ctx, p.op, err)
 }
 
 // fetchExit reconnects to read the stored exit, skipping the replayed output.

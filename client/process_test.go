@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -303,8 +304,12 @@ func TestSignalAndTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := p.Wait(); !errors.Is(err, client.ErrCanceled) {
-			t.Fatalf("Wait past the caller's deadline: %v, want canceled", err)
+		_, err = p.Wait()
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, client.ErrDeadlineExceeded) {
+			t.Fatalf("Wait past the caller's deadline: %v, want context.DeadlineExceeded", err)
+		}
+		if want := fmt.Sprintf("follow process %d (/bin/sh)", p.PID); !strings.HasPrefix(err.Error(), want+": ") {
+			t.Errorf("Wait past the caller's deadline: %q, want it to name the step: %q", err, want)
 		}
 		q, err := c.Connect(ctx, client.Selector{PID: p.PID})
 		if err != nil {
@@ -383,6 +388,7 @@ func TestStartErrors(t *testing.T) {
 	}{
 		{name: "no name", c: c, cmd: client.Command{}, want: client.ErrInvalidArgument, msg: "Command.Name is empty"},
 		{name: "missing program", c: c, cmd: client.Command{Name: "/no/such/program"}, want: client.ErrInvalidArgument, msg: "no such file"},
+		{name: "missing program on PATH", c: c, cmd: client.Command{Name: "no-such-program-envd-test"}, want: client.ErrInvalidArgument, msg: "executable not found"},
 		{name: "missing cwd", c: c, cmd: client.Command{Name: "true", Dir: "/no/such/dir"}, want: client.ErrInvalidArgument, msg: "/no/such/dir"},
 		{name: "unknown user", c: c, cmd: client.Command{Name: "true", User: "nobody-at-all"}, want: client.ErrUnauthenticated, msg: "nobody-at-all"},
 		{name: "unknown client user", c: newClient(t, client.Options{User: "nobody-either"}), cmd: client.Command{Name: "true"}, want: client.ErrUnauthenticated, msg: "nobody-either"},
@@ -391,6 +397,11 @@ func TestStartErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := tt.c.Start(ctx, tt.cmd)
+			// A missing program matches exec.ErrNotFound, as exec's own
+			// error does; nothing else does.
+			if missing := strings.HasPrefix(tt.name, "missing program"); errors.Is(err, exec.ErrNotFound) != missing {
+				t.Errorf("Start: errors.Is(%v, exec.ErrNotFound) = %v, want %v", err, !missing, missing)
+			}
 			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
 				t.Errorf("Start: %v; want %v mentioning %q", err, tt.want, tt.msg)
 			}
