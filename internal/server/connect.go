@@ -89,10 +89,47 @@ const MaxMessageBytes = 6 << 20
 func HandlerOptions(logger *slog.Logger, d *defaults.Defaults) []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithReadMaxBytes(MaxMessageBytes),
-		connect.WithInterceptors(UserInterceptor(d)),
+		connect.WithInterceptors(streamErrorLog(logger), UserInterceptor(d)),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, v any) error {
 			logger.Error("procedure panicked", "procedure", spec.Procedure, "panic", fmt.Sprint(v))
 			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 		}),
 	}
+}
+
+// streamErrorLog logs, at info, the error a streaming procedure ended
+// with: its HTTP status was 200, so the request log cannot tell. Unary
+// errors are in the request log already (logRequests).
+func streamErrorLog(logger *slog.Logger) connect.Interceptor {
+	return streamInterceptor(func(ctx context.Context, conn connect.StreamingHandlerConn, next connect.StreamingHandlerFunc) error {
+		err := next(ctx, conn)
+		if err != nil && ctx.Err() == nil {
+			logger.Info("stream ended with an error", "procedure", conn.Spec().Procedure,
+				"code", connect.CodeOf(err).String(), "reason", errorMessage(err))
+		}
+		return err
+	})
+}
+
+// errorMessage is err's message without connect's code prefix.
+func errorMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
+
+// streamInterceptor is a connect.Interceptor that wraps streaming handlers
+// only.
+type streamInterceptor func(ctx context.Context, conn connect.StreamingHandlerConn, next connect.StreamingHandlerFunc) error
+
+func (f streamInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+
+func (f streamInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (f streamInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error { return f(ctx, conn, next) }
 }

@@ -212,8 +212,12 @@ func cors(next http.Handler) http.Handler {
 // through (streams need it) and exposes the original for http.ResponseController.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status  int
+	errBody []byte // the start of an error answer's body (status >= 400), for the log
 }
+
+// errBodyMax bounds what of an error answer is kept for the log.
+const errBodyMax = 1024
 
 func (s *statusWriter) WriteHeader(code int) {
 	if s.status == 0 {
@@ -226,7 +230,24 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
 	}
+	if s.status >= 400 && len(s.errBody) < errBodyMax {
+		s.errBody = append(s.errBody, b[:min(len(b), errBodyMax-len(s.errBody))]...)
+	}
 	return s.ResponseWriter.Write(b)
+}
+
+// reason is why an error answer was given, from its body: the "message" of
+// a JSON error (envd's HTTP API and Connect's unary errors both have one),
+// else the text itself, on one line. Error answers carry envd's own
+// messages, never tokens, environment values or file contents.
+func (s *statusWriter) reason() string {
+	var body struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(s.errBody, &body) == nil && body.Message != "" {
+		return body.Message
+	}
+	return strings.Join(strings.Fields(string(s.errBody)), " ")
 }
 
 func (s *statusWriter) Flush() {
@@ -238,18 +259,27 @@ func (s *statusWriter) Flush() {
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // logRequests logs each request once it ends: method, path (never the query,
-// which may hold a signature), status and duration. Never headers or bodies.
+// which may hold a signature), status and duration; an error answer at info
+// (a server error at warn) with its reason. Never headers, nor bodies but an
+// error answer's message.
 func logRequests(next http.Handler, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
+		attrs := []any{"method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start), "remote", r.RemoteAddr}
 		level := slog.LevelDebug
-		if sw.status >= 500 {
+		switch {
+		case sw.status >= 500:
 			level = slog.LevelWarn
+		case sw.status >= 400:
+			// A client's mistake: a person debugging it needs the why.
+			level = slog.LevelInfo
 		}
-		logger.Log(r.Context(), level, "http request", "method", r.Method, "path", r.URL.Path,
-			"status", sw.status, "duration", time.Since(start), "remote", r.RemoteAddr)
+		if sw.status >= 400 {
+			attrs = append(attrs, "reason", sw.reason())
+		}
+		logger.Log(r.Context(), level, "http request", attrs...)
 	})
 }
 

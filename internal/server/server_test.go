@@ -889,3 +889,33 @@ func TestChunkedRequestBody(t *testing.T) {
 		t.Fatalf("chunked List: %d %q", resp.StatusCode, body)
 	}
 }
+
+// TestErrorsAreLogged: a refused request is logged at info with its reason
+// (the message of its error body), and so is a stream that ended with an
+// error behind a 200; a request that succeeded stays at debug.
+func TestErrorsAreLogged(t *testing.T) {
+	ts, _ := newTestServer(t, serverOptions{token: "secret"})
+	resp, _ := do(t, ts.h1, "GET", ts.url+"/private", nil, nil)
+	if resp.StatusCode != 401 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	resp, body := do(t, ts.h1, "POST", ts.url+startPath, with(with(streamJSON, "X-Access-Token", "secret"), "Authorization", basic("no-such-user-x")), startBody)
+	if resp.StatusCode != 200 {
+		t.Fatalf("stream status %d: %s", resp.StatusCode, body)
+	}
+	resp, _ = do(t, ts.h1, "GET", ts.url+"/private", map[string]string{"X-Access-Token": "secret"}, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	logs := ts.logs.String()
+	for _, want := range []string{
+		`level=INFO msg="http request" method=GET path=/private status=401`,
+		`reason="` + unauthorizedMsg + `"`,
+		`level=INFO msg="stream ended with an error" procedure=/process.Process/Start code=unauthenticated reason="invalid username: 'no-such-user-x'"`,
+		`level=DEBUG msg="http request" method=GET path=/private status=200`,
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("log lacks %s:\n%s", want, logs)
+		}
+	}
+}
