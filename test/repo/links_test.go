@@ -291,7 +291,8 @@ func repoRoot(t *testing.T) string {
 
 // repoFiles lists the repository's files, relative to root with '/': what
 // git tracks or would track (untracked files that are not ignored), else,
-// outside a git checkout, every file but those of .git, node_modules and bin.
+// outside a git checkout, every file but those of .git, node_modules, bin
+// and .tmp.
 func repoFiles(t *testing.T, root string) []string {
 	t.Helper()
 	cmd := exec.Command("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
@@ -317,7 +318,7 @@ func repoFiles(t *testing.T, root string) []string {
 			case ".git", "node_modules":
 				return filepath.SkipDir
 			}
-			if p == filepath.Join(root, "bin") {
+			if p == filepath.Join(root, "bin") || p == filepath.Join(root, ".tmp") {
 				return filepath.SkipDir
 			}
 			return nil
