@@ -93,8 +93,8 @@ func TestTokenConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
-// upstreamSign is the signature as the contract (section 7.6) spells it,
-// written independently of auth.Sign.
+// upstreamSign is the signature as docs/wire.md ("Signed /files URLs")
+// spells it, written independently of auth.Sign.
 func upstreamSign(path, op, user, token string, exp int64) string {
 	s := path + ":" + op + ":" + user + ":" + token
 	if exp != 0 {
@@ -190,7 +190,7 @@ func TestCheckSignature(t *testing.T) {
 	}
 }
 
-// The signature messages are on the wire (contract section 7.6).
+// The signature messages are on the wire (docs/wire.md, "Signed /files URLs").
 func TestSignatureMessages(t *testing.T) {
 	t.Parallel()
 	for err, want := range map[error]string{

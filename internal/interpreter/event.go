@@ -148,8 +148,8 @@ type End struct {
 	Message string    `json:"message,omitempty"` // what happened, when not EndOK or EndError
 }
 
-// Synthetic error names and values, as E2B's server emits them (contract
-// §2.2) where one applies, and envd's own otherwise.
+// Synthetic error names and values, as E2B's server emits them (docs/wire.md,
+// "POST /execute") where one applies, and envd's own otherwise.
 const (
 	errNameRestarting = "ContextRestarting"
 	errNameAborted    = "ExecutionAborted"

@@ -23,7 +23,7 @@ type Field struct {
 }
 
 // resultFields maps MIME types to E2B result fields, in the order the E2B
-// server writes them (contract §2.3).
+// server writes them (docs/wire.md, "Result fields").
 var resultFields = []struct{ mime, field string }{
 	{"text/plain", "text"},
 	{"text/html", "html"},
@@ -47,11 +47,12 @@ var knownMIME = func() map[string]bool {
 	return m
 }()
 
-// Fields maps the bundle as E2B's server does (contract §2.3): the known
-// MIME types become named fields, in the server's order; every other type
-// goes to extra, keyed by the MIME type, sorted. text/plain loses one outer
-// pair of matching quotes (a string's repr, such as '/home/user', shows as
-// /home/user); everything else is passed through untouched.
+// Fields maps the bundle as E2B's server does (docs/wire.md, "Result
+// fields"): the known MIME types become named fields, in the server's order;
+// every other type goes to extra, keyed by the MIME type, sorted. text/plain
+// loses one outer pair of matching quotes (a string's repr, such as
+// '/home/user', shows as /home/user); everything else is passed through
+// untouched.
 func (r *Result) Fields() (fields, extra []Field) {
 	for _, f := range resultFields {
 		v, ok := r.Data[f.mime]

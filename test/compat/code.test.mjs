@@ -1,6 +1,6 @@
 // Stateful code execution through the unmodified @e2b/code-interpreter SDK
-// (debug mode) against our envd running Jupyter: the checks of
-// shared/contracts/code-interpreter-http.md section 7 that run in debug mode,
+// (debug mode) against our envd running Jupyter: what the SDK's own suites
+// check that runs in debug mode (docs/wire.md, "Code-interpreter API"),
 // plus the languages envd supports (python, javascript and typescript on
 // Deno, r, bash). E2B_SANDBOX_URL sends the code API calls to envd's main
 // port, which serves them too.

@@ -1,5 +1,5 @@
 // Commands through the unmodified e2b SDK (debug mode) against our envd.
-// Checks 1-16 of shared/contracts/envd-wire.md section 11, with the default
+// Checks 1-16 of docs/wire.md ("Compatibility checks"), with the default
 // user being `user` (home /home/user): envd runs as root and that account exists.
 import { after, afterEach, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'

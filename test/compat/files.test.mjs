@@ -1,5 +1,5 @@
 // Files through the unmodified e2b SDK (debug mode) against our envd.
-// Checks 20-34 of shared/contracts/envd-wire.md section 11, plus the files
+// Checks 20-34 of docs/wire.md ("Compatibility checks"), plus the files
 // API of the issue: write (text, bytes, blob, stream, many files), read in
 // every format, list with depth, exists, getInfo, makeDir, rename, remove,
 // watchDir with and without recursion, metadata, and downloadUrl/uploadUrl

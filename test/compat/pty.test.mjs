@@ -1,5 +1,5 @@
 // PTYs through the unmodified e2b SDK (debug mode) against our envd.
-// Checks 17-19 of shared/contracts/envd-wire.md section 11.
+// Checks 17-19 of docs/wire.md ("Compatibility checks").
 import { after, afterEach, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { CommandExitError, Sandbox } from 'e2b'

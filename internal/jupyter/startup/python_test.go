@@ -12,8 +12,8 @@ import (
 	"github.com/envd-dev/envd/internal/jupyter/startup"
 )
 
-// Figures written from the descriptions in code-interpreter-http.md §7.7
-// (E2B's chart tests).
+// Figures like those of E2B's own chart tests (docs/wire.md, "Charts and
+// DataFrames").
 var chartCells = map[string]string{
 	"bar": `
 import matplotlib.pyplot as plt

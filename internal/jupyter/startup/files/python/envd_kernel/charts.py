@@ -1,7 +1,7 @@
 """Chart extraction: a matplotlib Figure -> the e2b/chart dict.
 
 This is our own implementation of the format produced by E2B's e2b_charts
-package (contract: code-interpreter-http.md section 4). The output is plain
+package (docs/wire.md, "Charts and DataFrames"). The output is plain
 dicts, lists, str, float and None, ready for JSON:
 
     every chart  type, title (None if empty), elements
