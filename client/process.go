@@ -40,8 +40,13 @@ type Command struct {
 	PTY *Size
 	// Timeout, if positive, is the process's lifetime: envd kills it
 	// (SIGKILL) once it has run that long. Zero: it runs until it ends or
-	// is signalled; cancelling the context of Start never kills it.
+	// is signalled; cancelling the context of Start never kills it (Run's
+	// does, unless KeepRunning).
 	Timeout time.Duration
+	// KeepRunning makes Run leave the process running when its context
+	// ends, as Start always does. Zero: Run kills it (SIGKILL to its
+	// process group), as exec.CommandContext does.
+	KeepRunning bool
 	// Stdout and Stderr receive the process's output while Wait runs (a
 	// PTY's output goes to Stdout). Zero: the output is discarded by Wait;
 	// read it with Events instead.
@@ -294,12 +299,23 @@ func sigName(sig syscall.Signal) string {
 
 // RunResult is what Run collects.
 type RunResult struct {
-	Stdout, Stderr []byte // PTY output is in Stdout
-	Exit           *Exit
+	// Stdout and Stderr are the process's output; a PTY's is in Stdout.
+	// Each is empty when Command gave a writer for it: the output went
+	// there.
+	Stdout, Stderr []byte
+	// Exit is how the process ended.
+	Exit *Exit
 }
 
+// killGrace bounds the kill Run sends when its context ends.
+const killGrace = 5 * time.Second
+
 // Run starts a process, waits for it, and returns its output and exit. An
-// exit code other than 0 is not an error: look at Result.Exit.
+// exit code other than 0 is not an error: look at RunResult.Exit.
+//
+// When ctx ends first, Run kills the process (unless cmd.KeepRunning) and
+// returns ctx's error (errors.Is(err, context.DeadlineExceeded) for a
+// deadline).
 func (c *Client) Run(ctx context.Context, cmd Command) (*RunResult, error) {
 	var out, errb bytes.Buffer
 	if cmd.Stdout == nil {
@@ -314,6 +330,13 @@ func (c *Client) Run(ctx context.Context, cmd Command) (*RunResult, error) {
 	}
 	exit, err := p.Wait()
 	if err != nil {
+		if ctx.Err() != nil && !cmd.KeepRunning {
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killGrace)
+			defer cancel()
+			if kerr := c.Signal(kctx, Selector{PID: p.PID}, syscall.SIGKILL); kerr != nil && !errors.Is(kerr, ErrNotFound) {
+				return nil, fmt.Errorf("%w (and killing process %d failed: %v)", err, p.PID, kerr)
+			}
+		}
 		return nil, err
 	}
 	return &RunResult{Stdout: out.Bytes(), Stderr: errb.Bytes(), Exit: exit}, nil

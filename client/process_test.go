@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -424,3 +425,55 @@ func TestRunAsUser(t *testing.T) {
 		t.Errorf("as root: %q", res.Stdout)
 	}
 }
+
+// TestRunKillsWhenItsContextEnds: as exec.CommandContext, Run kills the
+// process when its context ends; with KeepRunning it leaves it running.
+func TestRunKillsWhenItsContextEnds(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, client.Options{})
+	ctx := testContext(t, testutil.Wait)
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keep running %v", keep), func(t *testing.T) {
+			t.Parallel()
+			tag := fmt.Sprintf("run-ctx-%v-%d", keep, time.Now().UnixNano())
+			short, cancel := context.WithCancel(ctx)
+			started := make(chan struct{})
+			var once sync.Once
+			go func() {
+				<-started
+				cancel()
+			}()
+			_, err := c.Run(short, client.Command{
+				Name: "/bin/sh", Args: []string{"-c", "echo up; exec sleep 30"}, Tag: tag, KeepRunning: keep,
+				Stdout: writerFunc(func(b []byte) (int, error) { once.Do(func() { close(started) }); return len(b), nil }),
+			})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run: %v, want context.Canceled", err)
+			}
+			p, err := c.Connect(ctx, client.Selector{Tag: tag})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if keep {
+				if err := c.Signal(ctx, client.Selector{PID: p.PID}, syscall.SIGTERM); err != nil {
+					t.Fatalf("the process left running: %v", err)
+				}
+			}
+			exit, err := p.Wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := syscall.SIGKILL
+			if keep {
+				want = syscall.SIGTERM // it ran until we ended it
+			}
+			if exit.Signal != want {
+				t.Errorf("exit %+v, want by %v", exit, want)
+			}
+		})
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
