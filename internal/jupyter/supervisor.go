@@ -218,10 +218,16 @@ func (s *Supervisor) attach(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
 	defer cancel()
-	for {
+	for first := true; ; first = false {
 		err = c.health(ctx)
 		if err == nil {
 			break
+		}
+		if first {
+			// Say so at once, and let requests say why while it lasts.
+			s.log.Warn("the Jupyter server given does not answer; retrying", "url", s.opts.URL, "error", err, "for", s.opts.StartTimeout)
+			cause := fmt.Errorf("jupyter: server at %s does not answer: %w", s.opts.URL, err)
+			s.setStatus(func(st *ServerStatus) { st.Err = cause })
 		}
 		select {
 		case <-ctx.Done():
@@ -239,6 +245,7 @@ func (s *Supervisor) attach(ctx context.Context) error {
 	s.setStatus(func(st *ServerStatus) {
 		*st = ServerStatus{State: ServerReady, Generation: 1, URL: c.URL()}
 	})
+	s.log.Info("using the Jupyter server given", "url", s.opts.URL)
 	return nil
 }
 

@@ -3,12 +3,14 @@ package jupyter_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -283,4 +285,47 @@ func TestSupervisorRunAs(t *testing.T) {
 	if r.stdout != want {
 		t.Errorf("kernel identity %q, want %q", r.stdout, want)
 	}
+}
+
+// TestSupervisorURLNowhere: a server URL nothing answers on is logged at
+// once, with the URL and the error, and its status says why while it is
+// retried, before Start gives up.
+func TestSupervisorURLNowhere(t *testing.T) {
+	t.Parallel()
+	url := "http://127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
+	var logs syncLog
+	s := jupyter.New(jupyter.Options{URL: url, StartTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer s.Stop(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Start(ctx) }()
+	var st jupyter.ServerStatus
+	testutil.Poll(t, "the status to say why", func() bool { st = s.Status(); return st.Err != nil })
+	if !strings.Contains(st.Err.Error(), url+" does not answer") || !strings.Contains(st.Err.Error(), "connection refused") {
+		t.Errorf("status error %v", st.Err)
+	}
+	if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "url="+url) || !strings.Contains(l, "connection refused") {
+		t.Errorf("log:\n%s", l)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("Start succeeded without a server")
+	}
+}
+
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
