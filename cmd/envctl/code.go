@@ -81,7 +81,7 @@ func outcome(res *client.ExecResult) error {
 	case client.EndOK:
 		return nil
 	case client.EndError:
-		return exitError{1} // the traceback is on stderr
+		return exitError{code: 1} // the traceback is on stderr
 	}
 	return fmt.Errorf("execution %s", res)
 }
@@ -168,7 +168,7 @@ func (x *executor) prompt(ctx context.Context) error {
 			// The context may be gone or the kernel dead: say so and go on.
 			fmt.Fprintln(x.e.stderr, "envctl: "+oneLine(err.Error()))
 			if errors.Is(err, client.ErrUnavailable) {
-				return exitError{1}
+				return exitError{code: 1}
 			}
 			continue
 		}

@@ -4,9 +4,11 @@
 // socket, AF_VSOCK, or the host side of a Firecracker vsock device, and uses
 // only the client package.
 //
-// Run `envctl help` for the commands. Errors are one line on stderr and exit
-// code 1; `envctl run` exits with the process's code (128+N when signal N
-// ended it).
+// Run `envctl help` for the commands. Errors are one line on stderr. Exit
+// codes follow docker's: `envctl run` exits with the process's code (128+N
+// when signal N ended it), 127 when the command does not exist, 126 when it
+// cannot be run (not executable, a working directory it cannot use), and
+// 125 when envctl itself or the way to envd failed.
 package main
 
 import (
@@ -43,11 +45,27 @@ var commands = []*command{
 	healthCommand, metricsCommand, envsCommand,
 }
 
-// exitError ends envctl with a code but no message: `run` passes on the
-// process's exit code this way.
-type exitError struct{ code int }
+// exitError ends envctl with a code, and msg on stderr if any: `run`
+// passes on the process's exit code this way, and says why a command could
+// not run (126, 127).
+type exitError struct {
+	code int
+	msg  string
+}
 
-func (e exitError) Error() string { return "exit " + strconv.Itoa(e.code) }
+func (e exitError) Error() string {
+	if e.msg != "" {
+		return e.msg
+	}
+	return "exit " + strconv.Itoa(e.code)
+}
+
+// Exit codes of envctl's own, as docker's.
+const (
+	exitFailed        = 125 // envctl, or the way to envd, failed
+	exitCannotRun     = 126 // the command exists but cannot be run
+	exitCommandAbsent = 127 // the command does not exist
+)
 
 // usageError is a mistake in the command line.
 type usageError struct{ msg string }
@@ -65,10 +83,13 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if ee, ok := errors.AsType[exitError](err); ok {
+		if ee.msg != "" {
+			fmt.Fprintln(stderr, "envctl: "+oneLine(ee.msg))
+		}
 		return ee.code
 	}
 	fmt.Fprintln(stderr, "envctl: "+oneLine(err.Error()))
-	return 1
+	return exitFailed
 }
 
 // oneLine keeps a message on one line.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -99,7 +100,14 @@ func runRun(ctx context.Context, e *env, opts any, args []string) error {
 	ctx = context.WithoutCancel(ctx)
 
 	p, err := e.c.Start(ctx, cmd)
-	if err != nil {
+	switch {
+	case errors.Is(err, exec.ErrNotFound):
+		return exitError{code: exitCommandAbsent, msg: err.Error()}
+	case errors.Is(err, client.ErrInvalidArgument), errors.Is(err, client.ErrPermissionDenied):
+		// envd refused this command (not executable, a cwd it cannot
+		// use, a bad environment name): it cannot be run as given.
+		return exitError{code: exitCannotRun, msg: err.Error()}
+	case err != nil:
 		return err
 	}
 	defer p.Close()
@@ -152,11 +160,11 @@ func runRun(ctx context.Context, e *env, opts any, args []string) error {
 	}
 	switch {
 	case exit.Signal != 0:
-		return exitError{128 + int(exit.Signal)}
+		return exitError{code: 128 + int(exit.Signal)}
 	case exit.Code < 0 || exit.Code > 255:
-		return exitError{255}
+		return exitError{code: 255}
 	case exit.Code != 0:
-		return exitError{exit.Code}
+		return exitError{code: exit.Code}
 	}
 	return nil
 }

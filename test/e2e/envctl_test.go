@@ -108,12 +108,20 @@ func waitExit(t *testing.T, cmd *exec.Cmd) int {
 	return cmd.ProcessState.ExitCode()
 }
 
-// oneErrorLine checks that r failed the way envctl reports errors: exit 1,
-// nothing on stdout, one line "envctl: ..." on stderr containing want.
+// oneErrorLine checks that r failed the way envctl reports its own
+// failures: exit 125 (docker's code), nothing on stdout, one line
+// "envctl: ..." on stderr containing want.
 func oneErrorLine(t *testing.T, r ctlResult, want string) {
 	t.Helper()
-	if r.code != 1 || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "envctl: ") || !strings.Contains(r.stderr, want) {
-		t.Errorf("exit %d, stdout %q, stderr %q; want exit 1 and one line containing %q", r.code, r.stdout, r.stderr, want)
+	errorLine(t, r, 125, want)
+}
+
+// errorLine is oneErrorLine with another exit code: 126 for a command that
+// cannot be run, 127 for one that does not exist.
+func errorLine(t *testing.T, r ctlResult, code int, want string) {
+	t.Helper()
+	if r.code != code || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "envctl: ") || !strings.Contains(r.stderr, want) {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit %d and one line containing %q", r.code, r.stdout, r.stderr, code, want)
 	}
 }
 
@@ -156,7 +164,10 @@ func TestEnvctlRun(t *testing.T) {
 	}
 	t.Run("missing program", func(t *testing.T) {
 		t.Parallel()
-		oneErrorLine(t, envctl(t, nil, nil, addr, "run", "--", "/no/such/program"), "no such file or directory")
+		errorLine(t, envctl(t, nil, nil, addr, "run", "--", "/no/such/program"), 127, "no such file or directory")
+		errorLine(t, envctl(t, nil, nil, addr, "run", "--", "no-such-program-envctl"), 127, "executable not found")
+		errorLine(t, envctl(t, nil, nil, addr, "run", "--", "/etc/hostname"), 126, "/etc/hostname")
+		errorLine(t, envctl(t, nil, nil, addr, "run", "--cwd", "/no/such/dir", "--", "true"), 126, "/no/such/dir")
 	})
 	t.Run("a signal to envctl goes to the process", func(t *testing.T) {
 		t.Parallel()
