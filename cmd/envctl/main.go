@@ -19,6 +19,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -78,6 +80,10 @@ func main() {
 
 // Main runs envctl and returns its exit code.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
+		fmt.Fprintln(stdout, versionLine())
+		return 0
+	}
 	err := run(args, stdin, stdout, stderr)
 	if err == nil {
 		return 0
@@ -359,4 +365,23 @@ func cmdUsage(w io.Writer, c *command) {
 		fs.SetOutput(w)
 		fs.PrintDefaults()
 	}
+}
+
+// versionLine is what --version prints: the commit envctl was built from
+// (with "-dirty" for uncommitted changes) and the Go version.
+func versionLine() string {
+	commit, dirty := "unknown", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, st := range bi.Settings {
+			switch st.Key {
+			case "vcs.revision":
+				commit = st.Value[:min(len(st.Value), 12)]
+			case "vcs.modified":
+				if st.Value == "true" {
+					dirty = "-dirty"
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("envctl (commit %s%s, %s)", commit, dirty, runtime.Version())
 }

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"flag"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseVsock(t *testing.T) {
@@ -122,5 +124,38 @@ func TestBytesText(t *testing.T) {
 		if got := bytesText(n); got != want {
 			t.Errorf("bytesText(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+func TestRunFlags(t *testing.T) {
+	t.Setenv("ENVCTL_TEST_LOCAL", "from here")
+	var env envFlag
+	for _, v := range []string{"A=1", "ENVCTL_TEST_LOCAL", "ENVCTL_TEST_UNSET_XYZ", "B="} {
+		if err := env.Set(v); err != nil {
+			t.Fatalf("--env %s: %v", v, err)
+		}
+	}
+	if want := (envFlag{"A": "1", "ENVCTL_TEST_LOCAL": "from here", "B": ""}); !maps.Equal(env, want) {
+		t.Errorf("env %v, want %v", env, want)
+	}
+	if err := env.Set("=x"); err == nil {
+		t.Error("--env =x accepted")
+	}
+	var d time.Duration
+	f := durationFlag{&d}
+	for v, want := range map[string]string{"1": "has no unit: write e.g. 30s", "abc": "want a duration, e.g. 30s", "-5s": "want a positive duration"} {
+		if err := f.Set(v); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--timeout %s: %v, want %q", v, err, want)
+		}
+	}
+	if err := f.Set("90s"); err != nil || d != 90*time.Second {
+		t.Errorf("--timeout 90s: %v, %v", d, err)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main([]string{"--version"}, strings.NewReader(""), &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "envctl (commit ") || errb.Len() != 0 {
+		t.Errorf("--version: exit %d, %q %q", code, out.String(), errb.String())
 	}
 }

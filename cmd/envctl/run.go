@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -31,10 +32,17 @@ type envFlag map[string]string
 
 func (e *envFlag) String() string { return "" }
 
+// Set takes KEY=VALUE, or KEY alone for the local value of KEY (as
+// docker's --env does); a KEY not set locally is left out.
 func (e *envFlag) Set(v string) error {
 	k, val, ok := strings.Cut(v, "=")
-	if !ok || k == "" {
-		return fmt.Errorf("%q: want KEY=VALUE", v)
+	if k == "" {
+		return fmt.Errorf("%q: want KEY=VALUE, or KEY for its local value", v)
+	}
+	if !ok {
+		if val, ok = os.LookupEnv(k); !ok {
+			return nil
+		}
 	}
 	if *e == nil {
 		*e = envFlag{}
@@ -43,9 +51,35 @@ func (e *envFlag) Set(v string) error {
 	return nil
 }
 
+// durationFlag is a flag.Duration whose error shows the form wanted: a
+// bare number ("--timeout 1") says to add a unit.
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil || *f.d == 0 {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		if _, nerr := strconv.ParseFloat(v, 64); nerr == nil {
+			return fmt.Errorf("%q has no unit: write e.g. 30s, 5m or 1h", v)
+		}
+		return fmt.Errorf("%q: want a duration, e.g. 30s, 5m or 1h", v)
+	}
+	if d < 0 {
+		return fmt.Errorf("%q: want a positive duration", v)
+	}
+	*f.d = d
+	return nil
+}
+
 var runCommand = &command{
 	name:    "run",
-	args:    "[--pty] [--cwd DIR] [--env K=V]... [--tag TAG] [--timeout D] [--no-stdin] -- CMD [ARG...]",
+	args:    "[--pty] [--cwd DIR] [--env K=V|K]... [--tag TAG] [--timeout D] [--no-stdin] -- CMD [ARG...]",
 	summary: "run a command in the sandbox, streaming its output; exit with its code",
 	flags: func(fs *flag.FlagSet) any {
 		o := &runOpts{}
@@ -53,8 +87,8 @@ var runCommand = &command{
 		fs.BoolVar(&o.noStdin, "no-stdin", false, "give the command /dev/null as stdin instead of envctl's")
 		fs.StringVar(&o.cwd, "cwd", "", "working `DIR` (default: the user's home)")
 		fs.StringVar(&o.tag, "tag", "", "tag the process, for ps")
-		fs.DurationVar(&o.timeout, "timeout", 0, "kill the command after this `DURATION` (default: none)")
-		fs.Var(&o.env, "env", "set an environment variable, `KEY=VALUE` (repeatable)")
+		fs.Var(durationFlag{&o.timeout}, "timeout", "kill the command after this `DURATION`, e.g. 30s or 5m (default: none)")
+		fs.Var(&o.env, "env", "set an environment variable, `KEY=VALUE`, or KEY for its local value (repeatable)")
 		return o
 	},
 	run: runRun,
