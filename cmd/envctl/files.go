@@ -72,7 +72,11 @@ var lsCommand = &command{
 			if f.SymlinkTarget != "" {
 				name += " -> " + f.SymlinkTarget
 			}
-			rows[i] = [6]string{f.Permissions, f.Owner, f.Group, strconv.FormatInt(f.Size, 10), f.ModTime.Local().Format("2006-01-02 15:04"), name}
+			perm := f.Permissions
+			if f.SymlinkTarget != "" && perm != "" {
+				perm = "l" + perm[1:] // as ls -l marks a link
+			}
+			rows[i] = [6]string{perm, f.Owner, f.Group, strconv.FormatInt(f.Size, 10), f.ModTime.Local().Format("2006-01-02 15:04"), name}
 			for j, v := range rows[i] {
 				width[j] = max(width[j], len(v))
 			}

@@ -109,7 +109,8 @@ func runRun(ctx context.Context, e *env, opts any, args []string) error {
 	if o.pty {
 		size := client.Size{Cols: 80, Rows: 24}
 		if inIsFile && term.IsTerminal(int(inFile.Fd())) {
-			if w, h, err := term.GetSize(int(inFile.Fd())); err == nil {
+			if w, h, err := term.GetSize(int(inFile.Fd())); err == nil && w > 0 && h > 0 {
+				// A terminal that reports 0x0 (a serial console) keeps 80x24.
 				size = client.Size{Cols: uint16(w), Rows: uint16(h)}
 			}
 		}
@@ -158,7 +159,7 @@ func runRun(ctx context.Context, e *env, opts any, args []string) error {
 		defer signal.Stop(winch)
 		go func() {
 			for range winch {
-				if w, h, err := term.GetSize(fd); err == nil {
+				if w, h, err := term.GetSize(fd); err == nil && w > 0 && h > 0 {
 					p.Resize(ctx, client.Size{Cols: uint16(w), Rows: uint16(h)})
 				}
 			}

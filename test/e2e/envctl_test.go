@@ -443,6 +443,15 @@ func TestEnvctlFiles(t *testing.T) {
 		if r := envctl(t, nil, nil, addr, "ls", dir+"/g.txt"); r.code != 0 || !strings.HasSuffix(r.stdout, " g.txt\n") {
 			t.Errorf("ls of a file: %+v", r)
 		}
+		// A link is marked l, as ls -l marks it.
+		links := t.TempDir()
+		if err := os.Symlink(filepath.Join(dir, "g.txt"), filepath.Join(links, "link")); err != nil {
+			t.Fatal(err)
+		}
+		r = envctl(t, nil, nil, addr, "ls", links)
+		if r.code != 0 || !regexp.MustCompile(`^l\S{9} root root .* link -> `+regexp.QuoteMeta(filepath.Join(dir, "g.txt"))+`\n$`).MatchString(r.stdout) {
+			t.Errorf("ls of a symlink: %+v", r)
+		}
 	})
 	t.Run("cat", func(t *testing.T) {
 		r := envctl(t, nil, nil, addr, "cat", dir+"/d/f.txt", dir+"/g.txt")
