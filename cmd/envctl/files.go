@@ -20,16 +20,20 @@ import (
 	"github.com/envd-dev/envd/client"
 )
 
-type lsOpts struct{ depth int }
+type lsOpts struct {
+	depth int
+	json  bool
+}
 
 var lsCommand = &command{
 	name:         "ls",
-	args:         "[--depth N] [PATH]",
+	args:         "[--depth N] [--json] [PATH]",
 	summary:      "list a directory in the sandbox (default: the user's home)",
 	interspersed: true,
 	flags: func(fs *flag.FlagSet) any {
 		o := &lsOpts{}
 		fs.IntVar(&o.depth, "depth", 1, "how many levels to list")
+		fs.BoolVar(&o.json, "json", false, "print JSON (snake_case names)")
 		return o
 	},
 	run: func(ctx context.Context, e *env, opts any, args []string) error {
@@ -56,6 +60,13 @@ var lsCommand = &command{
 			}
 		} else {
 			root = path.Dir(fi.Path)
+		}
+		if o.json {
+			out := make([]fileJSON, len(entries))
+			for i, f := range entries {
+				out[i] = toFileJSON(f)
+			}
+			return printJSON(e.stdout, out)
 		}
 		// Columns as ls -l: permissions, owner, group, size (right-aligned),
 		// time, name (relative to the listed directory).
@@ -306,16 +317,17 @@ func (c *countingReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-type watchOpts struct{ recursive bool }
+type watchOpts struct{ recursive, json bool }
 
 var watchCommand = &command{
 	name:         "watch",
-	args:         "[--recursive] PATH",
+	args:         "[--recursive] [--json] PATH",
 	summary:      "print the changes in a directory of the sandbox until interrupted",
 	interspersed: true,
 	flags: func(fs *flag.FlagSet) any {
 		o := &watchOpts{}
 		fs.BoolVar(&o.recursive, "recursive", false, "watch subdirectories too")
+		fs.BoolVar(&o.json, "json", false, "print each change as a line of JSON")
 		return o
 	},
 	run: func(ctx context.Context, e *env, opts any, args []string) error {
@@ -332,7 +344,13 @@ var watchCommand = &command{
 			if err != nil {
 				return err
 			}
-			if _, err := fmt.Fprintf(e.stdout, "%-6s %s\n", ev.Op, ev.Name); err != nil {
+			var werr error
+			if opts.(*watchOpts).json {
+				werr = printJSON(e.stdout, toWatchEventJSON(ev))
+			} else {
+				_, werr = fmt.Fprintf(e.stdout, "%-6s %s\n", ev.Op, ev.Name)
+			}
+			if werr != nil {
 				return nil // stdout closed: nobody is reading any more
 			}
 		}

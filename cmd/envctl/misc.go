@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"maps"
@@ -16,19 +15,37 @@ import (
 	"github.com/envd-dev/envd/client"
 )
 
+// jsonOpts is the --json flag of the commands that have one.
+type jsonOpts struct{ json bool }
+
+func jsonFlag(fs *flag.FlagSet) any {
+	o := &jsonOpts{}
+	fs.BoolVar(&o.json, "json", false, "print JSON (snake_case names)")
+	return o
+}
+
 var psCommand = &command{
-	name:    "ps",
-	args:    "",
-	summary: "list the processes envd runs",
-	run: func(ctx context.Context, e *env, _ any, args []string) error {
+	name:         "ps",
+	args:         "[--json]",
+	summary:      "list the processes envd runs",
+	interspersed: true,
+	flags:        jsonFlag,
+	run: func(ctx context.Context, e *env, opts any, args []string) error {
 		if len(args) > 0 {
-			return usageError{fmt.Sprintf("ps: unexpected argument %q (usage: envctl ps)", args[0])}
+			return usageError{fmt.Sprintf("ps: unexpected argument %q (usage: envctl ps [--json])", args[0])}
 		}
 		ps, err := e.c.ListProcesses(ctx)
 		if err != nil {
 			return err
 		}
 		slices.SortFunc(ps, func(a, b client.ProcessInfo) int { return int(a.PID) - int(b.PID) })
+		if opts.(*jsonOpts).json {
+			out := make([]processJSON, len(ps))
+			for i, p := range ps {
+				out[i] = toProcessJSON(p)
+			}
+			return printJSON(e.stdout, out)
+		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PID\tTAG\tCOMMAND")
 		for _, p := range ps {
@@ -99,16 +116,21 @@ var signalNames = map[string]syscall.Signal{
 }
 
 var healthCommand = &command{
-	name:    "health",
-	args:    "",
-	summary: "check that envd answers",
-	run: func(ctx context.Context, e *env, _ any, args []string) error {
+	name:         "health",
+	args:         "[--json]",
+	summary:      "check that envd answers",
+	interspersed: true,
+	flags:        jsonFlag,
+	run: func(ctx context.Context, e *env, opts any, args []string) error {
 		if len(args) > 0 {
-			return usageError{fmt.Sprintf("health: unexpected argument %q (usage: envctl health)", args[0])}
+			return usageError{fmt.Sprintf("health: unexpected argument %q (usage: envctl health [--json])", args[0])}
 		}
 		start := time.Now()
 		if err := e.c.Health(ctx); err != nil {
 			return err
+		}
+		if opts.(*jsonOpts).json {
+			return printJSON(e.stdout, healthJSON{OK: true, Target: e.c.Target(), LatencyMS: float64(time.Since(start).Microseconds()) / 1000})
 		}
 		fmt.Fprintf(e.stdout, "ok: envd at %s answered in %v\n", e.c.Target(), time.Since(start).Round(time.Microsecond))
 		return nil
@@ -136,9 +158,7 @@ var metricsCommand = &command{
 			return err
 		}
 		if opts.(*metricsOpts).json {
-			enc := json.NewEncoder(e.stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(m)
+			return printJSON(e.stdout, toMetricsJSON(m))
 		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "cpu\t%d cores, %.2f%% used\n", m.CPUCount, m.CPUUsedPercent)

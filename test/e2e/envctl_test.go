@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -448,6 +449,11 @@ func TestEnvctlFiles(t *testing.T) {
 		if err := os.Symlink(filepath.Join(dir, "g.txt"), filepath.Join(links, "link")); err != nil {
 			t.Fatal(err)
 		}
+		var files []map[string]any
+		if r := envctl(t, nil, nil, addr, "ls", "--json", dir); r.code != 0 || json.Unmarshal([]byte(r.stdout), &files) != nil || len(files) != 2 ||
+			files[1]["name"] != "g.txt" || files[1]["mode"] != "0600" || files[1]["type"] != "file" || files[1]["owner"] != "root" || files[1]["size"] != float64(2) {
+			t.Errorf("ls --json: %+v", r)
+		}
 		r = envctl(t, nil, nil, addr, "ls", links)
 		if r.code != 0 || !regexp.MustCompile(`^l\S{9} root root .* link -> `+regexp.QuoteMeta(filepath.Join(dir, "g.txt"))+`\n$`).MatchString(r.stdout) {
 			t.Errorf("ls of a symlink: %+v", r)
@@ -472,6 +478,19 @@ func TestEnvctlFiles(t *testing.T) {
 			}
 			return false
 		})
+		var ps []map[string]any
+		if r := envctl(t, nil, nil, addr, "ps", "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &ps) != nil {
+			t.Errorf("ps --json: %+v", r)
+		}
+		found := false
+		for _, p := range ps {
+			if p["tag"] == "sleeper" && p["cmd"] == "sleep" && fmt.Sprint(p["pid"]) == pid && fmt.Sprint(p["args"]) == "[30]" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("ps --json lacks the sleeper (pid %s): %v", pid, ps)
+		}
 		if r := envctl(t, nil, nil, addr, "kill", pid, "--signal", "KILL"); r.code != 0 || r.stdout != "" || r.stderr != "" {
 			t.Errorf("kill: %+v", r)
 		}
@@ -494,6 +513,17 @@ func TestEnvctlFiles(t *testing.T) {
 		if code := waitExit(t, cmd); code != 0 {
 			t.Errorf("watch after SIGINT: exit %d, want 0; stderr %q", code, errb.String())
 		}
+		// --json: one object a line.
+		cmd, out, errb = startCtl(t, addr, "watch", "--json", wdir)
+		testutil.Poll(t, "the JSON watch to start", func() bool { return strings.Contains(errb.String(), "watching "+wdir) })
+		os.Mkdir(filepath.Join(wdir, "json"), 0o755)
+		testutil.Poll(t, "the JSON event", func() bool { return strings.HasSuffix(out.String(), "\n") })
+		var ev map[string]any
+		if err := json.Unmarshal([]byte(strings.SplitN(out.String(), "\n", 2)[0]), &ev); err != nil || ev["name"] != "json" || ev["op"] != "create" {
+			t.Errorf("watch --json: %q (%v)", out.String(), err)
+		}
+		cmd.Process.Signal(syscall.SIGINT)
+		waitExit(t, cmd)
 	})
 	t.Run("health and metrics", func(t *testing.T) {
 		if r := envctl(t, nil, nil, addr, "health"); r.code != 0 || !strings.HasPrefix(r.stdout, "ok: envd at tcp 127.0.0.1:") {
@@ -502,8 +532,13 @@ func TestEnvctlFiles(t *testing.T) {
 		if r := envctl(t, nil, nil, addr, "metrics"); r.code != 0 || !regexp.MustCompile(`(?m)^cpu +\d+ cores, [\d.]+% used$`).MatchString(r.stdout) || !strings.Contains(r.stdout, "memory") {
 			t.Errorf("metrics: %+v", r)
 		}
-		if r := envctl(t, nil, nil, addr, "metrics", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"CPUCount"`) {
+		var m map[string]any
+		if r := envctl(t, nil, nil, addr, "metrics", "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &m) != nil || m["cpu_count"] == nil || m["mem_total"] == nil || m["ts"] == nil {
 			t.Errorf("metrics --json: %+v", r)
+		}
+		var h map[string]any
+		if r := envctl(t, nil, nil, addr, "health", "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &h) != nil || h["ok"] != true || h["latency_ms"] == nil {
+			t.Errorf("health --json: %+v", r)
 		}
 		if r := envctl(t, nil, nil, addr, "envs"); r.code != 0 || !strings.Contains(r.stdout, "E2B_SANDBOX=") {
 			t.Errorf("envs: %+v", r)
