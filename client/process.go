@@ -279,8 +279,9 @@ func (c *Client) ListProcesses(ctx context.Context) ([]ProcessInfo, error) {
 	return out, nil
 }
 
-// Signal sends sig to the process sel picks. envd delivers SIGTERM and
-// SIGKILL; it refuses other signals with ErrInvalidArgument.
+// Signal sends sig to the process sel picks (to its process group). envd
+// delivers HUP, INT, QUIT, KILL, USR1, USR2, ALRM, TERM, CONT, STOP, TSTP
+// and WINCH; it refuses other signals with ErrInvalidArgument.
 func (c *Client) Signal(ctx context.Context, sel Selector, sig syscall.Signal) error {
 	c.init()
 	_, err := c.proc.SendSignal(ctx, request(c, &pb.SendSignalRequest{Process: sel.proto(), Signal: pb.Signal(sig)}, ""))

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	pb "github.com/envd-dev/envd/gen/process"
 )
 
 func TestParseVsock(t *testing.T) {
@@ -157,5 +159,23 @@ func TestVersion(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := Main([]string{"--version"}, strings.NewReader(""), &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "envctl (commit ") || errb.Len() != 0 {
 		t.Errorf("--version: exit %d, %q %q", code, out.String(), errb.String())
+	}
+}
+
+// TestSignalNames: every name envctl takes is in envd's Signal enum, with
+// the same number.
+func TestSignalNames(t *testing.T) {
+	for name, sig := range signalNames {
+		if got, ok := pb.Signal_value["SIGNAL_SIG"+name]; !ok || got != int32(sig) {
+			t.Errorf("%s (%d): envd's enum has %d, %v", name, sig, got, ok)
+		}
+		for _, in := range []string{name, "SIG" + name, strings.ToLower(name)} {
+			if got, err := parseSignal(in); err != nil || got != sig {
+				t.Errorf("parseSignal(%q) = %v, %v", in, got, err)
+			}
+		}
+	}
+	if _, err := parseSignal("BOGUS"); err == nil || !strings.Contains(err.Error(), "USR1") {
+		t.Errorf("parseSignal(BOGUS): %v", err)
 	}
 }

@@ -71,18 +71,18 @@ type killOpts struct{ signal string }
 
 var killCommand = &command{
 	name:         "kill",
-	args:         "PID [--signal TERM|KILL]",
-	summary:      "send a signal to a process (default SIGTERM)",
+	args:         "PID [--signal NAME]",
+	summary:      "send a signal to a process (default SIGTERM; HUP, INT, QUIT, KILL, USR1, USR2, ALRM, TERM, CONT, STOP, TSTP, WINCH)",
 	interspersed: true,
 	flags: func(fs *flag.FlagSet) any {
 		o := &killOpts{}
-		fs.StringVar(&o.signal, "signal", "TERM", "the `SIGNAL`: TERM or KILL (names with or without SIG, or numbers)")
+		fs.StringVar(&o.signal, "signal", "TERM", "the `SIGNAL`: a name (TERM, KILL, HUP, INT, USR1...; with or without SIG) or its number")
 		return o
 	},
 	run: func(ctx context.Context, e *env, opts any, args []string) error {
 		o := opts.(*killOpts)
 		if len(args) != 1 {
-			return usageError{"kill: give exactly one PID (usage: envctl kill PID [--signal TERM|KILL])"}
+			return usageError{"kill: give exactly one PID (usage: envctl kill PID [--signal NAME])"}
 		}
 		pid, err := strconv.ParseUint(args[0], 10, 32)
 		if err != nil || pid == 0 {
@@ -106,13 +106,14 @@ func parseSignal(s string) (syscall.Signal, error) {
 	if sig, ok := signalNames[name]; ok {
 		return sig, nil
 	}
-	return 0, usageError{fmt.Sprintf("kill: unknown signal %q: use TERM or KILL", s)}
+	return 0, usageError{fmt.Sprintf("kill: unknown signal %q: use one of HUP, INT, QUIT, KILL, USR1, USR2, ALRM, TERM, CONT, STOP, TSTP, WINCH", s)}
 }
 
+// signalNames are the signals envd delivers (its Signal enum).
 var signalNames = map[string]syscall.Signal{
 	"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "KILL": syscall.SIGKILL,
-	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "TERM": syscall.SIGTERM, "STOP": syscall.SIGSTOP,
-	"CONT": syscall.SIGCONT,
+	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "ALRM": syscall.SIGALRM, "TERM": syscall.SIGTERM,
+	"CONT": syscall.SIGCONT, "STOP": syscall.SIGSTOP, "TSTP": syscall.SIGTSTP, "WINCH": syscall.SIGWINCH,
 }
 
 var healthCommand = &command{

@@ -29,26 +29,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Signal is the set of signals a caller may send.
+// Signal is the set of signals a caller may send, numbered as on Linux.
+// Upstream's envd has SIGKILL and SIGTERM only; the others are envd's, and
+// a client that knows only those two never sees them.
 type Signal int32
 
 const (
 	Signal_SIGNAL_UNSPECIFIED Signal = 0
+	Signal_SIGNAL_SIGHUP      Signal = 1
+	Signal_SIGNAL_SIGINT      Signal = 2
+	Signal_SIGNAL_SIGQUIT     Signal = 3
 	Signal_SIGNAL_SIGKILL     Signal = 9
+	Signal_SIGNAL_SIGUSR1     Signal = 10
+	Signal_SIGNAL_SIGUSR2     Signal = 12
+	Signal_SIGNAL_SIGALRM     Signal = 14
 	Signal_SIGNAL_SIGTERM     Signal = 15
+	Signal_SIGNAL_SIGCONT     Signal = 18
+	Signal_SIGNAL_SIGSTOP     Signal = 19
+	Signal_SIGNAL_SIGTSTP     Signal = 20
+	Signal_SIGNAL_SIGWINCH    Signal = 28
 )
 
 // Enum value maps for Signal.
 var (
 	Signal_name = map[int32]string{
 		0:  "SIGNAL_UNSPECIFIED",
+		1:  "SIGNAL_SIGHUP",
+		2:  "SIGNAL_SIGINT",
+		3:  "SIGNAL_SIGQUIT",
 		9:  "SIGNAL_SIGKILL",
+		10: "SIGNAL_SIGUSR1",
+		12: "SIGNAL_SIGUSR2",
+		14: "SIGNAL_SIGALRM",
 		15: "SIGNAL_SIGTERM",
+		18: "SIGNAL_SIGCONT",
+		19: "SIGNAL_SIGSTOP",
+		20: "SIGNAL_SIGTSTP",
+		28: "SIGNAL_SIGWINCH",
 	}
 	Signal_value = map[string]int32{
 		"SIGNAL_UNSPECIFIED": 0,
+		"SIGNAL_SIGHUP":      1,
+		"SIGNAL_SIGINT":      2,
+		"SIGNAL_SIGQUIT":     3,
 		"SIGNAL_SIGKILL":     9,
+		"SIGNAL_SIGUSR1":     10,
+		"SIGNAL_SIGUSR2":     12,
+		"SIGNAL_SIGALRM":     14,
 		"SIGNAL_SIGTERM":     15,
+		"SIGNAL_SIGCONT":     18,
+		"SIGNAL_SIGSTOP":     19,
+		"SIGNAL_SIGTSTP":     20,
+		"SIGNAL_SIGWINCH":    28,
 	}
 )
 
@@ -1827,11 +1859,22 @@ const file_process_process_proto_rawDesc = "" +
 	"\x03pid\x18\x01 \x01(\rH\x00R\x03pid\x12\x12\n" +
 	"\x03tag\x18\x02 \x01(\tH\x00R\x03tagB\n" +
 	"\n" +
-	"\bselector*H\n" +
+	"\bselector*\x8f\x02\n" +
 	"\x06Signal\x12\x16\n" +
-	"\x12SIGNAL_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x12SIGNAL_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rSIGNAL_SIGHUP\x10\x01\x12\x11\n" +
+	"\rSIGNAL_SIGINT\x10\x02\x12\x12\n" +
+	"\x0eSIGNAL_SIGQUIT\x10\x03\x12\x12\n" +
 	"\x0eSIGNAL_SIGKILL\x10\t\x12\x12\n" +
-	"\x0eSIGNAL_SIGTERM\x10\x0f2\x91\x04\n" +
+	"\x0eSIGNAL_SIGUSR1\x10\n" +
+	"\x12\x12\n" +
+	"\x0eSIGNAL_SIGUSR2\x10\f\x12\x12\n" +
+	"\x0eSIGNAL_SIGALRM\x10\x0e\x12\x12\n" +
+	"\x0eSIGNAL_SIGTERM\x10\x0f\x12\x12\n" +
+	"\x0eSIGNAL_SIGCONT\x10\x12\x12\x12\n" +
+	"\x0eSIGNAL_SIGSTOP\x10\x13\x12\x12\n" +
+	"\x0eSIGNAL_SIGTSTP\x10\x14\x12\x13\n" +
+	"\x0fSIGNAL_SIGWINCH\x10\x1c2\x91\x04\n" +
 	"\aProcess\x123\n" +
 	"\x04List\x12\x14.process.ListRequest\x1a\x15.process.ListResponse\x12>\n" +
 	"\aConnect\x12\x17.process.ConnectRequest\x1a\x18.process.ConnectResponse0\x01\x128\n" +

@@ -128,7 +128,7 @@ func testBadInputs(t *testing.T, s *processtest.Server, opts processtest.ClientO
 		{"Update too large", update(c, pidSel(ptyPid), ptySize(100, 1<<20)), connect.CodeInvalidArgument, []string{"too large"}},
 		{"Update pty of pipes", update(c, pidSel(withStdinPid), ptySize(100, 30)), connect.CodeFailedPrecondition, []string{"no terminal"}},
 		{"unknown signal", sendSignal(c, pidSel(withStdinPid), pb.Signal_SIGNAL_UNSPECIFIED), connect.CodeInvalidArgument, []string{"invalid signal", "SIGNAL_UNSPECIFIED"}},
-		{"signal number not in the enum", sendSignal(c, pidSel(withStdinPid), pb.Signal(2)), connect.CodeInvalidArgument, []string{"invalid signal"}},
+		{"signal number not in the enum", sendSignal(c, pidSel(withStdinPid), pb.Signal(4)), connect.CodeInvalidArgument, []string{"invalid signal", "SIGNAL_SIGHUP", "SIGNAL_SIGCONT"}},
 	}
 	for _, tc := range tests {
 		err := tc.call(bounded(t))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"syscall"
 	"time"
 
@@ -317,15 +318,12 @@ func (s *Service) StreamInput(ctx context.Context, stream *connect.ClientStream[
 
 // SendSignal signals the process's pid.
 func (s *Service) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
-	var sig syscall.Signal
-	switch req.Msg.GetSignal() {
-	case pb.Signal_SIGNAL_SIGKILL:
-		sig = syscall.SIGKILL
-	case pb.Signal_SIGNAL_SIGTERM:
-		sig = syscall.SIGTERM
-	default:
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid signal: %s: send SIGNAL_SIGKILL or SIGNAL_SIGTERM", req.Msg.GetSignal()))
+	// The enum's values are Linux's signal numbers.
+	v := req.Msg.GetSignal()
+	if _, known := pb.Signal_name[int32(v)]; !known || v == pb.Signal_SIGNAL_UNSPECIFIED {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid signal: %s: send one of %s", v, signalList()))
 	}
+	sig := syscall.Signal(v)
 	p, err := s.get(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
@@ -364,4 +362,15 @@ func (s *Service) Update(ctx context.Context, req *connect.Request[pb.UpdateRequ
 		}
 	}
 	return connect.NewResponse(&pb.UpdateResponse{}), nil
+}
+
+// signalList names the signals SendSignal takes, by number.
+func signalList() string {
+	var names []string
+	for n := int32(1); n < 64; n++ {
+		if name, ok := pb.Signal_name[n]; ok {
+			names = append(names, name)
+		}
+	}
+	return strings.Join(names, ", ")
 }

@@ -124,6 +124,10 @@ func testSendSignal(t *testing.T, c processconnect.ProcessClient, _ *identity.Us
 	}{
 		{pb.Signal_SIGNAL_SIGKILL, killed},
 		{pb.Signal_SIGNAL_SIGTERM, end{-1, false, "signal: terminated"}},
+		// Beyond upstream's two.
+		{pb.Signal_SIGNAL_SIGHUP, end{-1, false, "signal: hangup"}},
+		{pb.Signal_SIGNAL_SIGINT, end{-1, false, "signal: interrupt"}},
+		{pb.Signal_SIGNAL_SIGUSR1, end{-1, false, "signal: user defined signal 1"}},
 	} {
 		t.Run(tc.signal.String(), func(t *testing.T) {
 			t.Parallel()

@@ -76,7 +76,7 @@ type ProcessClient interface {
 	StreamInput(context.Context) *connect.ClientStreamForClient[process.StreamInputRequest, process.StreamInputResponse]
 	// SendInput writes one chunk to a process's stdin or terminal.
 	SendInput(context.Context, *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error)
-	// SendSignal delivers a signal to the process (its pid only).
+	// SendSignal delivers a signal to the process and its process group.
 	SendSignal(context.Context, *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error)
 	// CloseStdin closes the process's stdin pipe so it reads EOF.
 	CloseStdin(context.Context, *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error)
@@ -213,7 +213,7 @@ type ProcessHandler interface {
 	StreamInput(context.Context, *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error)
 	// SendInput writes one chunk to a process's stdin or terminal.
 	SendInput(context.Context, *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error)
-	// SendSignal delivers a signal to the process (its pid only).
+	// SendSignal delivers a signal to the process and its process group.
 	SendSignal(context.Context, *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error)
 	// CloseStdin closes the process's stdin pipe so it reads EOF.
 	CloseStdin(context.Context, *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error)
