@@ -186,25 +186,25 @@ func TestJavaKernel(t *testing.T) {
 	})
 	t.Run("exceptions", func(t *testing.T) {
 		e := wantError(t, "exception", "java.lang.IllegalStateException")
-		if e.Evalue != "boom at zero" || len(e.Traceback) < 4 || e.Traceback[0] != "java.lang.IllegalStateException: boom at zero" ||
-			strings.Count(strings.Join(e.Traceback, "\n"), "\tat boom(#") != 3 {
+		if e.Evalue != "boom at zero" || len(e.Traceback) < 4 || e.Traceback[0] != "java.lang.IllegalStateException: boom at zero\n" ||
+			strings.Count(strings.Join(e.Traceback, ""), "\tat boom(#") != 3 {
 			t.Errorf("exception: %q %q", e.Evalue, e.Traceback)
 		}
 		if out := got["exception"].stdout(t); out != "before\n" {
 			t.Errorf("exception: stdout %q (the cell must stop at the exception)", out)
 		}
 		e = wantError(t, "cause", "java.lang.RuntimeException")
-		if e.Evalue != "outer" || !strings.Contains(strings.Join(e.Traceback, "\n"), "\nCaused by: java.io.IOException: inner\n") {
+		if e.Evalue != "outer" || !strings.Contains(strings.Join(e.Traceback, ""), "\nCaused by: java.io.IOException: inner\n") {
 			t.Errorf("cause: %q %q", e.Evalue, e.Traceback)
 		}
 		e = wantError(t, "custom exception", "MyErr")
-		if e.Evalue != "mine" || e.Traceback[0] != "MyErr: mine" {
+		if e.Evalue != "mine" || e.Traceback[0] != "MyErr: mine\n" {
 			t.Errorf("custom exception: %q %q", e.Evalue, e.Traceback)
 		}
 	})
 	t.Run("compile errors", func(t *testing.T) {
 		e := wantError(t, "compile error", "CompilationException")
-		tb := strings.Join(e.Traceback, "\n")
+		tb := strings.Join(e.Traceback, "")
 		if !strings.Contains(e.Evalue, "cannot find symbol") || !strings.Contains(tb, "int w = undefinedVar + 1;\n        ^") {
 			t.Errorf("compile error: %q\n%s", e.Evalue, tb)
 		}

@@ -90,11 +90,11 @@ type Layout struct {
 	// MatplotlibRC is the value for MATPLOTLIBRC (a file).
 	MatplotlibRC string
 	// JupyterPath is the directory to put first in JUPYTER_PATH; it holds
-	// kernels/bash/kernel.json.
+	// kernels/bash/kernel.json (and kernels/java/kernel.json).
 	JupyterPath string
-	// PythonPath is the directory holding the envd_kernel and
-	// envd_bash_kernel packages. The bash kernelspec already sets
-	// PYTHONPATH to it; the server itself does not need it.
+	// PythonPath is the directory holding the envd_kernel,
+	// envd_bash_kernel and envd_java_kernel packages. Their kernelspecs
+	// already set PYTHONPATH to it; the server itself does not need it.
 	PythonPath string
 	// BashKernelSpec is the path of the bash kernel.json.
 	BashKernelSpec string

@@ -28,6 +28,8 @@ strings without jshell's quotes (`System.getProperty("FOO")` gives `bar`).
 
 Errors
 ------
+Tracebacks are lists of lines, each but the last ending in "\n" (envd and
+E2B join them with "").
   exception      ename: the exception's class (java.lang.IllegalStateException,
                  or the simple name of a class declared in the kernel), evalue:
                  its message, traceback: "Name: message", "\\tat ..." frames
@@ -81,9 +83,15 @@ _STOP_GRACE = 8.0
 _MAX_REPLAY = 10000
 
 # The agent JVM compiles snippets (javac): C1 only warms it up fastest.
-_AGENT_OPTS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss4m"]
+# No hsperfdata files in /tmp (-XX:-UsePerfData) for either JVM.
+_AGENT_OPTS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-Xss4m"]
 # The JVM that runs user code.
-_REMOTE_OPTS = ["-Dfile.encoding=UTF-8", "-Dsun.stdout.encoding=UTF-8", "-Dsun.stderr.encoding=UTF-8"]
+_REMOTE_OPTS = [
+    "-XX:-UsePerfData",
+    "-Dfile.encoding=UTF-8",
+    "-Dsun.stdout.encoding=UTF-8",
+    "-Dsun.stderr.encoding=UTF-8",
+]
 
 
 class AgentError(RuntimeError):
@@ -366,7 +374,10 @@ class JavaKernel(Kernel):
                 elif kind == b"x":
                     parts = data.decode("utf-8", "replace").split("\0", 2)
                     parts += [""] * (3 - len(parts))
-                    tb = parts[2].split("\n") if parts[2] else []
+                    # One entry per line, each but the last ending in a
+                    # newline: envd (like E2B) joins them with "".
+                    lines = parts[2].split("\n") if parts[2] else []
+                    tb = [line + "\n" for line in lines[:-1]] + lines[-1:]
                     error = (parts[0], parts[1], tb)
                 elif kind == b"d":
                     out.flush(final=True)
