@@ -91,11 +91,13 @@ describe('java', () => {
     })
     assert.equal(exe.error, undefined, exe.error?.value)
     assert.equal(exe.text, `${scratch}|${scratch}`)
-    const file = await sbx.runCode('Files.writeString(Path.of("made-by-java.txt"), "hi"); Files.readString(Path.of("made-by-java.txt"))', {
+    // Relative paths resolve there, for java.nio and java.io alike.
+    fs.writeFileSync(path.join(scratch, 'for-java.txt'), 'hi', { mode: 0o644 })
+    const file = await sbx.runCode('Files.readString(Path.of("for-java.txt")) + " " + new File("for-java.txt").exists()', {
       context: ctx,
     })
-    assert.equal(file.text, 'hi')
-    assert.equal(fs.readFileSync(path.join(scratch, 'made-by-java.txt'), 'utf8'), 'hi')
+    assert.equal(file.error, undefined, file.error?.value)
+    assert.equal(file.text, 'hi true')
     await sbx.removeCodeContext(ctx)
   })
 
