@@ -17,7 +17,8 @@
  *
  *   kernel to agent   'X' code        run code (one cell: any number of snippets)
  *                     'I'             interrupt the running code, if any
- *                     'Q'             quit (so does EOF on stdin)
+ *                     'Q'             quit at once (so does EOF on stdin), killing the
+ *                                     execution JVM and every other descendant
  *   agent to kernel   'r' version     ready (sent once, after the default imports ran)
  *                     'o' bytes       the user code's System.out, as it is written
  *                     'e' bytes       the user code's System.err, and the agent's notes
@@ -133,9 +134,6 @@ public final class EnvdJShell {
         reader.start();
         while (true) {
             String code = cells.take();
-            if (code == QUIT) {
-                break;
-            }
             String status;
             try {
                 status = execute(code);
@@ -146,12 +144,7 @@ public final class EnvdJShell {
             }
             send('d', status);
         }
-        closing = true;
-        shell.close();
-        System.exit(0);
     }
-
-    private static final String QUIT = new String("quit");
 
     private static void readCommands(DataInputStream in, BlockingQueue<String> cells) {
         try {
@@ -168,10 +161,7 @@ public final class EnvdJShell {
                 switch (type) {
                     case 'X' -> cells.add(new String(data, StandardCharsets.UTF_8));
                     case 'I' -> interrupt();
-                    case 'Q' -> {
-                        cells.add(QUIT);
-                        return;
-                    }
+                    case 'Q' -> quit();
                     default -> System.err.println("envd java kernel: unknown frame type " + type);
                 }
             }
@@ -179,8 +169,18 @@ public final class EnvdJShell {
             System.err.println("envd java kernel: reading commands: " + e);
         }
         // The kernel is gone: nothing can be reported anymore.
-        interrupt();
-        cells.add(QUIT);
+        quit();
+    }
+
+    /**
+     * Ends the agent at once, whatever the user code is doing: the
+     * execution JVM (and anything the user code started) first, as a JVM
+     * stuck in a loop would outlive its debugger.
+     */
+    private static void quit() {
+        closing = true;
+        ProcessHandle.current().descendants().forEach(ProcessHandle::destroyForcibly);
+        Runtime.getRuntime().halt(0);
     }
 
     /**
