@@ -42,6 +42,7 @@ APT_PKGS=(
 	# tools the daemon and tests run: nice/ionice (util-linux), ps/pgrep (procps),
 	# stty/whoami (coreutils), the user's login shell
 	util-linux procps coreutils bash passwd
+	openjdk-17-jdk-headless # envd's Java kernel runs on its jshell (jdk.jshell)
 )
 APT_PKGS_FULL=(
 	python3-scipy python3-sklearn python3-seaborn python3-plotly

@@ -76,7 +76,7 @@ func checkVars(lang string, vars map[string]*string) error {
 //	javascript  Deno.env (or process.env under Node) via an IIFE; also "js", "ts", "typescript", "deno"
 //	r           Sys.setenv / Sys.unsetenv via jsonlite::fromJSON (IRkernel depends on jsonlite)
 //	bash        #%envd setenv <json>              (directive of envd's bash kernel; names must be identifiers)
-//	java        System.setProperty, like E2B (IJava cannot change the real environment)
+//	java        System.setProperty, like E2B (a running JVM cannot change its environment; envd's Java kernel or IJava)
 func SetEnvCode(language string, vars map[string]*string) (string, error) {
 	return envCode(language, vars, false)
 }

@@ -184,7 +184,7 @@ func TestDenoKernel(t *testing.T) {
 	}
 }
 
-// TestJavaSnippets runs the Java env/chdir code in jshell (IJava is not
+// TestJavaSnippets runs the Java env/chdir code in the jshell tool (IJava is not
 // packaged by Debian, but the snippets are plain Java statements).
 func TestJavaSnippets(t *testing.T) {
 	t.Parallel()

@@ -10,6 +10,11 @@
 //	                                                  PIL patches, __envd_setenv/__envd_restoreenv
 //	python/envd_bash_kernel/                          the bash kernel (ipykernel + pexpect)
 //	kernels/bash/kernel.json                          its kernelspec (found through JUPYTER_PATH)
+//	python/envd_java_kernel/                          the Java kernel (ipykernel + an agent on the
+//	                                                  JDK's jdk.jshell API, EnvdJShell.java)
+//	kernels/java/kernel.json                          its kernelspec, only when a JDK's jshell is
+//	                                                  installed (Options.JShell: on PATH or
+//	                                                  /usr/bin/jshell; Debian: openjdk-17-jdk-headless)
 //	matplotlib/matplotlibrc                           sans-serif fonts
 //
 // The Jupyter server must then run with Layout.Environ(os.Environ()) so that
@@ -49,6 +54,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
@@ -66,6 +72,13 @@ const DefaultPython = "/usr/bin/python3"
 // (the name to send in POST /api/sessions for language "bash").
 const BashKernelName = "bash"
 
+// JavaKernelName is the kernelspec name of envd's Java kernel (language
+// "java"), installed only where a JDK's jshell is.
+const JavaKernelName = "java"
+
+// DefaultJShell is where Install looks for jshell when it is not on PATH.
+const DefaultJShell = "/usr/bin/jshell"
+
 // Layout tells where Install put things and what the Jupyter server's
 // environment must contain.
 type Layout struct {
@@ -77,14 +90,20 @@ type Layout struct {
 	// MatplotlibRC is the value for MATPLOTLIBRC (a file).
 	MatplotlibRC string
 	// JupyterPath is the directory to put first in JUPYTER_PATH; it holds
-	// kernels/bash/kernel.json.
+	// kernels/bash/kernel.json (and kernels/java/kernel.json).
 	JupyterPath string
-	// PythonPath is the directory holding the envd_kernel and
-	// envd_bash_kernel packages. The bash kernelspec already sets
-	// PYTHONPATH to it; the server itself does not need it.
+	// PythonPath is the directory holding the envd_kernel,
+	// envd_bash_kernel and envd_java_kernel packages. Their kernelspecs
+	// already set PYTHONPATH to it; the server itself does not need it.
 	PythonPath string
 	// BashKernelSpec is the path of the bash kernel.json.
 	BashKernelSpec string
+	// JavaKernelSpec is the path of the Java kernel.json; "" when no JDK
+	// with jshell was found (no Java kernel).
+	JavaKernelSpec string
+	// Java is the java launcher the Java kernel runs (the one beside
+	// jshell, links resolved); "" without a Java kernel.
+	Java string
 }
 
 // Env returns the variables the Jupyter server (and so its kernels) must
@@ -131,6 +150,11 @@ type Options struct {
 	// Python is the interpreter in the bash kernelspec's argv;
 	// "" means DefaultPython.
 	Python string
+	// JShell is the jshell whose JDK runs the Java kernel; "" looks for
+	// "jshell" on PATH, then DefaultJShell. When it does not exist (or
+	// has no java launcher beside it), no Java kernelspec is installed and
+	// an old one is removed.
+	JShell string
 	// Owner, if set, gets IPythonDir and every directory and file Install
 	// creates or replaces in it: IPython ignores a profile its user cannot
 	// write (history, caches), and with it our startup files. The rest of
@@ -211,6 +235,15 @@ func InstallWith(dir string, opts Options) (Layout, error) {
 		return Layout{}, err
 	}
 	want["kernels/"+BashKernelName+"/kernel.json"] = spec
+	if java := findJava(opts.JShell); java != "" {
+		spec, err := javaKernelSpec(python, l.PythonPath, java)
+		if err != nil {
+			return Layout{}, err
+		}
+		want["kernels/"+JavaKernelName+"/kernel.json"] = spec
+		l.JavaKernelSpec = filepath.Join(abs, "kernels", JavaKernelName, "kernel.json")
+		l.Java = java
+	}
 
 	root, err := openInstallRoot(abs)
 	if err != nil {
@@ -221,6 +254,11 @@ func InstallWith(dir string, opts Options) (Layout, error) {
 	for rel, data := range want {
 		if err := w.writeFile(filepath.FromSlash(rel), data); err != nil {
 			return Layout{}, fmt.Errorf("startup: install %s: %w", rel, err)
+		}
+	}
+	if l.JavaKernelSpec == "" {
+		if err := root.RemoveAll(filepath.Join("kernels", JavaKernelName)); err != nil {
+			return Layout{}, fmt.Errorf("startup: remove java kernelspec: %w", err)
 		}
 	}
 	if err := prune(root, want); err != nil {
@@ -263,7 +301,9 @@ func openInstallRoot(dir string) (*os.Root, error) {
 var ownedDirs = []string{
 	"python/envd_kernel",
 	"python/envd_bash_kernel",
+	"python/envd_java_kernel",
 	"kernels/" + BashKernelName,
+	"kernels/" + JavaKernelName,
 }
 
 func prune(root *os.Root, want map[string][]byte) error {
@@ -466,6 +506,41 @@ func bashKernelSpec(python, pythonPath string) ([]byte, error) {
 	}, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("startup: encode bash kernelspec: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// findJava returns the java launcher of the JDK that jshell (see
+// Options.JShell) belongs to, links resolved, or "" if there is none.
+func findJava(jshell string) string {
+	if jshell == "" {
+		if p, err := exec.LookPath("jshell"); err == nil {
+			jshell = p
+		} else {
+			jshell = DefaultJShell
+		}
+	}
+	real, err := filepath.EvalSymlinks(jshell)
+	if err != nil {
+		return ""
+	}
+	java := filepath.Join(filepath.Dir(real), "java")
+	if fi, err := os.Stat(java); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return ""
+	}
+	return java
+}
+
+func javaKernelSpec(python, pythonPath, java string) ([]byte, error) {
+	b, err := json.MarshalIndent(kernelSpec{
+		Argv:          []string{python, "-m", "envd_java_kernel", "-f", "{connection_file}"},
+		DisplayName:   "Java",
+		Language:      "java",
+		InterruptMode: "signal",
+		Env:           map[string]string{"PYTHONPATH": pythonPath, "ENVD_JAVA": java},
+	}, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("startup: encode java kernelspec: %w", err)
 	}
 	return append(b, '\n'), nil
 }
