@@ -22,8 +22,10 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -44,9 +46,14 @@ const DefaultAddr = "127.0.0.1:49983"
 // Options configures a Client. The zero value talks to DefaultAddr over
 // TCP, with no token, as envd's default user.
 type Options struct {
-	// Addr is envd's address, "http://host:port" or "host:port". Zero:
-	// DefaultAddr. It is ignored when Dialer is set.
+	// Addr is envd's address: "host:port", "http://host:port", or
+	// "https://host:port" for envd behind a TLS proxy (verified with the
+	// system's roots unless InsecureSkipVerify). Zero: DefaultAddr. Any
+	// other scheme fails every call. It is ignored when Dialer is set.
 	Addr string
+	// InsecureSkipVerify accepts any certificate from an https Addr: for
+	// a test proxy with a self-signed certificate, never in production.
+	InsecureSkipVerify bool
 	// Dialer opens the connections; use it for a unix socket, vsock or a
 	// Firecracker vsock socket. Zero: TCP to Addr.
 	Dialer Dialer
@@ -68,7 +75,8 @@ type Client struct {
 
 	once   sync.Once
 	token  atomic.Pointer[string] // sent as X-Access-Token; Init may set it
-	base   string                 // http://host[:port], no trailing slash
+	base   string                 // http(s)://host[:port], no trailing slash
+	tls    bool                   // Addr was https://
 	target string                 // where the dialer goes, for messages
 	rpcHC  *http.Client           // Connect RPCs
 	bulkHC *http.Client           // /files and the small HTTP API
@@ -96,15 +104,26 @@ func (c *Client) init() {
 				addr = DefaultAddr
 			}
 			addr = strings.TrimSuffix(addr, "/")
-			hostport := addr
+			hostport, scheme := addr, "http"
 			if i := strings.Index(addr, "://"); i >= 0 {
-				hostport = addr[i+3:]
+				scheme, hostport = strings.ToLower(addr[:i]), addr[i+3:]
 			}
 			if _, _, err := net.SplitHostPort(hostport); err != nil {
 				hostport = net.JoinHostPort(hostport, "49983")
 			}
-			d = TCP(hostport)
+			switch scheme {
+			case "http":
+				d = TCP(hostport)
+			case "https":
+				d, c.tls = TCP(hostport), true
+			default:
+				// Never fall back to plain HTTP: a token would go in clear.
+				d = failDialer{target: addr, err: fmt.Errorf("address %q: unsupported scheme %q: use http:// or https://", addr, scheme)}
+			}
 			c.base = "http://" + hostport
+			if c.tls {
+				c.base = "https://" + hostport
+			}
 		}
 		c.target = d.String()
 		tok := c.opts.Token
@@ -121,13 +140,22 @@ func (c *Client) init() {
 		// hundred Connect streams cost one dial (and one Firecracker
 		// handshake).
 		var rpcProtos http.Protocols
-		if c.opts.HTTP1 {
+		switch {
+		case c.opts.HTTP1:
 			rpcProtos.SetHTTP1(true)
-		} else {
+		case c.tls:
+			rpcProtos.SetHTTP2(true)
+			rpcProtos.SetHTTP1(true) // a proxy without h2
+		default:
 			rpcProtos.SetUnencryptedHTTP2(true)
+		}
+		var tlsConf *tls.Config
+		if c.tls {
+			tlsConf = &tls.Config{InsecureSkipVerify: c.opts.InsecureSkipVerify} //nolint:gosec // the caller's explicit choice
 		}
 		c.rpcHC = &http.Client{Transport: &http.Transport{
 			DialContext:         dial,
+			TLSClientConfig:     tlsConf,
 			Protocols:           &rpcProtos,
 			DisableCompression:  true,
 			MaxIdleConnsPerHost: 16,
@@ -144,6 +172,7 @@ func (c *Client) init() {
 		bulkProtos.SetHTTP1(true)
 		c.bulkHC = &http.Client{Transport: &http.Transport{
 			DialContext:         dial,
+			TLSClientConfig:     tlsConf.Clone(),
 			Protocols:           &bulkProtos,
 			DisableCompression:  true, // a file is served as it is, never gzipped
 			MaxIdleConnsPerHost: 4,
@@ -267,4 +296,16 @@ func streamError(ctx context.Context, op string, err error) error {
 		e.Code, e.Message, e.Err = connect.CodeDeadlineExceeded, "deadline exceeded", context.Cause(ctx)
 	}
 	return out
+}
+
+// failDialer fails every dial with err: an Addr the client cannot use.
+type failDialer struct {
+	target string
+	err    error
+}
+
+func (d failDialer) String() string { return d.target }
+
+func (d failDialer) Dial(context.Context) (net.Conn, error) {
+	return nil, &DialError{Target: d.target, Err: d.err}
 }

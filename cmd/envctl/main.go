@@ -108,10 +108,12 @@ func oneLine(s string) string {
 // globals are the flags every command takes, before or after its name.
 type globals struct {
 	addr, unix, vsock, fcUDS, token, user string
+	insecure                              bool
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.addr, "addr", os.Getenv("ENVCTL_ADDR"), "envd's `URL` or host:port (env ENVCTL_ADDR; default "+client.DefaultAddr+")")
+	fs.StringVar(&g.addr, "addr", os.Getenv("ENVCTL_ADDR"), "envd's `URL` (http:// or https://) or host:port (env ENVCTL_ADDR; default "+client.DefaultAddr+")")
+	fs.BoolVar(&g.insecure, "insecure", false, "with an https --addr, accept any certificate (a test proxy's self-signed one)")
 	fs.StringVar(&g.unix, "unix", os.Getenv("ENVCTL_UNIX"), "reach envd on this unix socket `PATH` (env ENVCTL_UNIX)")
 	fs.StringVar(&g.vsock, "vsock", os.Getenv("ENVCTL_VSOCK"), "reach envd over AF_VSOCK at `CID:PORT` (env ENVCTL_VSOCK)")
 	fs.StringVar(&g.fcUDS, "fc-uds", os.Getenv("ENVCTL_FC_UDS"), "reach envd through a Firecracker vsock socket, `PATH:PORT` (env ENVCTL_FC_UDS)")
@@ -270,12 +272,17 @@ func (g *globals) client(explicit map[string]bool) (*client.Client, error) {
 	if len(given) > 1 {
 		return nil, usageError{"give one of --" + strings.Join(given, ", --") + ", not several"}
 	}
-	o := client.Options{Token: g.token, User: g.user}
+	o := client.Options{Token: g.token, User: g.user, InsecureSkipVerify: g.insecure}
 	if len(given) == 1 {
 		switch v := *vals[given[0]]; given[0] {
 		case "addr":
 			if v == "" {
 				return nil, usageError{"--addr is empty: give envd's URL, e.g. http://127.0.0.1:49983"}
+			}
+			if i := strings.Index(v, "://"); i >= 0 {
+				if scheme := strings.ToLower(v[:i]); scheme != "http" && scheme != "https" {
+					return nil, usageError{fmt.Sprintf("--addr %s: unsupported scheme %q: use http:// or https://", v, scheme)}
+				}
 			}
 			o.Addr = v
 		case "unix":

@@ -9,6 +9,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -552,12 +555,21 @@ func TestEnvctlTransports(t *testing.T) {
 	t.Parallel()
 	e := startEnvd(t, startOptions{args: []string{"-access-token", "tok"}})
 	fc := fcListener(t, 49983, func() (net.Conn, error) { return net.Dial("unix", e.sock) })
+	// envd behind a TLS proxy (self-signed: --insecure).
+	target, _ := url.Parse(e.url)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1
+	tlsProxy := httptest.NewUnstartedServer(proxy)
+	tlsProxy.EnableHTTP2 = true
+	tlsProxy.StartTLS()
+	t.Cleanup(tlsProxy.Close)
 	tests := []struct {
 		name string
 		env  []string
 		args []string
 	}{
 		{"--addr", nil, []string{"--addr", e.url, "--token", "tok"}},
+		{"--addr https", nil, []string{"--addr", tlsProxy.URL, "--insecure", "--token", "tok"}},
 		{"--unix", nil, []string{"--unix", e.sock, "--token=tok"}},
 		{"--fc-uds", nil, []string{"--fc-uds", fc + ":49983", "--token", "tok"}},
 		{"flags after the command", nil, []string{"run", "--fc-uds", fc + ":49983", "--token", "tok"}},
@@ -603,8 +615,9 @@ func TestEnvctlBadInput(t *testing.T) {
 		{"unknown command flag", nil, []string{addr, "ps", "--frob"}, "flag provided but not defined: -frob"},
 		{"run without a command", nil, []string{addr, "run"}, "run: no command given"},
 		{"run with a bad timeout", nil, []string{addr, "run", "--timeout", "soon", "--", "true"}, `invalid value "soon"`},
-		{"run with a bad env", nil, []string{addr, "run", "--env", "NOEQUALS", "--", "true"}, "want KEY=VALUE"},
+		{"run with a bad env", nil, []string{addr, "run", "--env", "=x", "--", "true"}, "want KEY=VALUE, or KEY for its local value"},
 		{"ps with an argument", nil, []string{addr, "ps", "x"}, `ps: unexpected argument "x"`},
+		{"an address of another scheme", nil, []string{"--addr", "ftp://127.0.0.1:1", "ps"}, `unsupported scheme "ftp": use http:// or https://`},
 		{"kill without a pid", nil, []string{addr, "kill"}, "kill: give exactly one PID"},
 		{"kill with a bad pid", nil, []string{addr, "kill", "abc"}, `"abc" is not a process id`},
 		{"kill with a bad signal", nil, []string{addr, "kill", "1", "--signal", "BOGUS"}, `unknown signal "BOGUS"`},
