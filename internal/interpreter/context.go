@@ -29,8 +29,13 @@ type Context struct {
 	Cwd      string // absolute
 
 	kernelName string
-	eng        *Engine
-	queue      fifo.Queue
+	// code is the language of the setup and env code envd runs in its
+	// kernels ("python" for a second Python kernelspec); "": none exists
+	// (a kernelspec of a language envd has no code for: the kernel starts
+	// in Cwd, and per-execution env vars are refused).
+	code  string
+	eng   *Engine
+	queue fifo.Queue
 
 	mu       sync.Mutex
 	ks       *kernelState // guarded by mu; nil: the next use starts a new kernel
@@ -85,8 +90,12 @@ func (c *Context) kernelOptions() jupyter.KernelOptions {
 func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *creation) (*kernelState, error) {
 	cr.enter(phaseStart)
 	m, err := client.StartKernel(ctx, c.kernelName, c.Cwd)
+	if errors.Is(err, jupyter.ErrNoSuchKernelSpec) {
+		return nil, newErr(ErrUnsupportedLanguage, err, "language %q is not available any more: its kernelspec %q was removed",
+			c.Language, c.kernelName)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("start %s kernel: %w", c.kernelName, err)
+		return nil, fmt.Errorf("start a %s kernel (kernelspec %q): %w", c.Language, c.kernelName, err)
 	}
 	del := func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -128,8 +137,11 @@ func (c *Context) setup(ctx context.Context, ks *kernelState) error {
 		env := c.eng.globalEnv()
 		var lines []string
 		chdir := ""
+		if c.code == "" {
+			return nil
+		}
 		if fresh {
-			code, err := startup.ChdirCode(c.Language, c.Cwd)
+			code, err := startup.ChdirCode(c.code, c.Cwd)
 			if err != nil {
 				return fmt.Errorf("set working directory: %w", err)
 			}
@@ -138,13 +150,13 @@ func (c *Context) setup(ctx context.Context, ks *kernelState) error {
 		}
 		changed := envDiff(ks.globalEnv, env, fresh)
 		if len(changed) > 0 {
-			code, err := startup.SetGlobalEnvCode(c.Language, changed)
+			code, err := startup.SetGlobalEnvCode(c.code, changed)
 			if err != nil {
 				// A name the language cannot hold (e.g. not a bash
 				// identifier): leave that one out rather than fail every run.
 				c.eng.log.Warn("cannot set sandbox env vars in kernel", "language", c.Language, "error", err)
-				changed = settable(c.Language, changed)
-				code, _ = startup.SetGlobalEnvCode(c.Language, changed)
+				changed = settable(c.code, changed)
+				code, _ = startup.SetGlobalEnvCode(c.code, changed)
 			}
 			if code != "" {
 				lines = append(lines, code)
@@ -330,6 +342,14 @@ func (c *Context) revive() {
 	if _, err := c.kernel(ctx); err != nil && c.eng.ctx.Err() == nil && !errors.Is(err, errRemoved) {
 		c.eng.log.Warn("cannot give the context a new kernel", "context_id", c.ID, "error", err)
 	}
+}
+
+// running reports whether the context has a usable kernel now.
+func (c *Context) running() bool {
+	c.mu.Lock()
+	ks := c.ks
+	c.mu.Unlock()
+	return ks != nil && ks.usable()
 }
 
 // kernelID is the Jupyter id of the context's current kernel ("" if none).
