@@ -33,10 +33,10 @@ var shared struct {
 	// kernels is a directory in the servers' JUPYTER_PATH (after the
 	// layout's) where tests install kernelspecs: kernels/NAME/kernel.json.
 	kernels string
-	sup    *jupyter.Supervisor
-	eng    *interpreter.Engine
-	srv    *httptest.Server // the HTTP API over eng (with /health)
-	env    sync.Map         // sandbox-wide env vars served by GlobalEnv
+	sup     *jupyter.Supervisor
+	eng     *interpreter.Engine
+	srv     *httptest.Server // the HTTP API over eng (with /health)
+	env     sync.Map         // sandbox-wide env vars served by GlobalEnv
 }
 
 // testKeepalive is the HTTP API's keepalive in tests.
