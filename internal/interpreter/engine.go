@@ -293,7 +293,9 @@ func (e *Engine) bootstrap() {
 // JavaScript should pay. Nothing happens if the language is not installed
 // or already has a default.
 func (e *Engine) listLazyDefault(lang string) {
-	ctx, cancel := context.WithTimeout(e.ctx, e.opts.CreateTimeout)
+	// The server is up (the Python default exists): listing its
+	// kernelspecs is quick, and readiness waits for it.
+	ctx, cancel := context.WithTimeout(e.ctx, min(e.opts.CreateTimeout, 30*time.Second))
 	defer cancel()
 	l, err := e.resolve(ctx, lang)
 	if err != nil {
