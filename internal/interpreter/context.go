@@ -19,7 +19,9 @@ import (
 // and imports persist between its executions, which run one at a time in
 // the order they were submitted.
 //
-// Its id is the id of its first kernel and never changes: when the kernel
+// Its id is the id of its first kernel (a random one for a default listed
+// before its kernel starts: see Engine.listLazyDefault) and never
+// changes: when the kernel
 // is lost for good (Jupyter server restarted, kernel removed after too many
 // deaths) the context gets a new kernel on its next use, with fresh state
 // and the same cwd.

@@ -11,8 +11,9 @@
 // count): envd's own mapping first (python, javascript and typescript on
 // Deno, r, bash, with the aliases js, ts, py, sh and the kernelspecs'
 // names), then any other kernelspec by its language field or its name
-// (Languages lists them). Its id is its first kernel's id and
-// never changes: when the kernel dies Jupyter restarts it in place, and
+// (Languages lists them). Its id is its first kernel's id (a random one
+// for the JavaScript default, listed before its kernel exists) and never
+// changes: when the kernel dies Jupyter restarts it in place, and
 // when the kernel is lost for good (the Jupyter server was restarted, or
 // the kernel kept dying) the context gets a new kernel on its next use.
 // Either way the next execution first re-applies the context's cwd and the
