@@ -20,11 +20,10 @@ import (
 // the order they were submitted.
 //
 // Its id is the id of its first kernel (a random one for a default listed
-// before its kernel starts: see Engine.listLazyDefault) and never
-// changes: when the kernel
-// is lost for good (Jupyter server restarted, kernel removed after too many
-// deaths) the context gets a new kernel on its next use, with fresh state
-// and the same cwd.
+// before its kernel starts: see Engine.listLazyDefault) and never changes:
+// when the kernel is lost for good (Jupyter server restarted, kernel
+// removed after too many deaths) the context gets a new kernel on its next
+// use, with fresh state and the same cwd.
 type Context struct {
 	ID       string // immutable after creation
 	Language string // normalized
@@ -133,15 +132,15 @@ func gone(err error) bool {
 // it only sets the vars that changed. One silent execution, or none.
 // Requires the queue (or exclusive use of a new kernel).
 func (c *Context) setup(ctx context.Context, ks *kernelState) error {
+	if c.code == "" {
+		return nil // Jupyter started the kernel in Cwd; envd has no code for it
+	}
 	for attempt := 0; ; attempt++ {
 		restarts := ks.kernel.Status().Restarts
 		fresh := restarts != ks.setupRestarts
 		env := c.eng.globalEnv()
 		var lines []string
 		chdir := ""
-		if c.code == "" {
-			return nil
-		}
 		if fresh {
 			code, err := startup.ChdirCode(c.code, c.Cwd)
 			if err != nil {
