@@ -2,6 +2,7 @@ package interpreter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -96,6 +97,11 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 			c.Language, c.kernelName)
 	}
 	if err != nil {
+		if reason := startFailure(err); reason != "" {
+			// The whole traceback is for the log, not for the user.
+			c.eng.log.Debug("kernel start failed", "kernel", c.kernelName, "error", err)
+			return nil, fmt.Errorf("the %s kernel (kernelspec %q) failed to start: %s", c.Language, c.kernelName, reason)
+		}
 		return nil, fmt.Errorf("start a %s kernel (kernelspec %q): %w", c.Language, c.kernelName, err)
 	}
 	del := func() {
@@ -119,6 +125,29 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 		return nil, err
 	}
 	return ks, nil
+}
+
+// startFailure is the exception a Jupyter server answered a kernel start
+// with (the last line of the traceback in its 500's body, e.g.
+// "FileNotFoundError: [Errno 2] No such file or directory: '/opt/x/bin'"
+// for a kernelspec whose program is missing), or "".
+func startFailure(err error) string {
+	var herr *jupyter.HTTPError
+	if !errors.As(err, &herr) || herr.Status != 500 {
+		return ""
+	}
+	var body struct {
+		Message   string `json:"message"`
+		Traceback string `json:"traceback"`
+	}
+	if json.Unmarshal([]byte(herr.Body), &body) != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(body.Traceback), "\n")
+	if last := strings.TrimSpace(lines[len(lines)-1]); last != "" {
+		return last
+	}
+	return body.Message
 }
 
 // gone reports whether err means the kernel no longer exists anyway.

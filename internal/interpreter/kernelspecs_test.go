@@ -177,7 +177,8 @@ func TestKernelspecRemovedOrBroken(t *testing.T) {
 	writeSpec(t, brokenDir, map[string]any{"argv": []string{"/nonexistent/envd-test-kernel", "{connection_file}"},
 		"display_name": "Broken", "language": "python"})
 	status, body = call(t, http.MethodPost, "/contexts", map[string]any{"language": broken})
-	if status != 500 || !strings.Contains(body, "start a "+broken+` kernel (kernelspec "`+broken+`")`) {
+	if status != 500 || !strings.Contains(body, "the "+broken+` kernel (kernelspec "`+broken+`") failed to start: `+
+		`FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/envd-test-kernel'`) || strings.Contains(body, "Traceback") {
 		t.Errorf("broken argv: %d %s", status, body)
 	}
 	if err := os.WriteFile(filepath.Join(brokenDir, "kernel.json"), []byte("{not json"), 0o644); err != nil {
