@@ -20,7 +20,7 @@ import (
 // from one execution to the next.
 type CodeContext struct {
 	ID       string
-	Language string // python, javascript, typescript, r, bash
+	Language string // python, javascript, typescript, r, bash, or another of Languages
 	Dir      string // working directory
 }
 
@@ -54,6 +54,44 @@ func (c *Client) ListContexts(ctx context.Context) ([]CodeContext, error) {
 	out := make([]CodeContext, 0, len(resp.Msg.GetContexts()))
 	for _, x := range resp.Msg.GetContexts() {
 		out = append(out, *codeContext(x))
+	}
+	return out, nil
+}
+
+// Language is a language the sandbox can run.
+type Language struct {
+	// Name is what contexts report: python, javascript, typescript, r,
+	// bash, else the kernelspec's language field or name.
+	Name string
+	// KernelName is the Jupyter kernelspec that runs it; DisplayName its
+	// display name.
+	KernelName, DisplayName string
+	// Aliases are other names that select it (js, py, the kernelspec's name...).
+	Aliases []string
+	// DefaultContextID is its default context ("" until it has one), and
+	// DefaultContextRunning whether that context has a kernel now.
+	DefaultContextID      string
+	DefaultContextRunning bool
+}
+
+// Languages lists the languages the sandbox can run, one per installed
+// Jupyter kernelspec, as installed now.
+func (c *Client) Languages(ctx context.Context) ([]Language, error) {
+	c.init()
+	resp, err := c.code.ListLanguages(ctx, request(c, &ipb.ListLanguagesRequest{}, ""))
+	if err != nil {
+		return nil, rpcError("list languages", err)
+	}
+	out := make([]Language, 0, len(resp.Msg.GetLanguages()))
+	for _, l := range resp.Msg.GetLanguages() {
+		out = append(out, Language{
+			Name:                  l.GetLanguage(),
+			KernelName:            l.GetKernelName(),
+			DisplayName:           l.GetDisplayName(),
+			Aliases:               l.GetAliases(),
+			DefaultContextID:      l.GetDefaultContextId(),
+			DefaultContextRunning: l.GetDefaultContextRunning(),
+		})
 	}
 	return out, nil
 }

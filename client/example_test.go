@@ -258,3 +258,23 @@ func ExampleFirecrackerUDS() {
 		fmt.Println("sandbox down:", err)
 	}
 }
+
+func ExampleClient_Languages() {
+	ctx := context.Background()
+	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR")})
+	defer c.Close()
+
+	// One language per installed Jupyter kernelspec, envd's own first;
+	// exec-code's language is any of the names and aliases.
+	langs, err := c.Languages(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, l := range langs[:3] {
+		fmt.Println(l.Name, "runs on", l.KernelName, "aliases", l.Aliases)
+	}
+	// Output:
+	// python runs on python3 aliases [py python3]
+	// javascript runs on deno aliases [js deno]
+	// typescript runs on deno aliases [ts]
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"text/tabwriter"
 
 	"golang.org/x/term"
 
@@ -28,11 +29,43 @@ var execCodeCommand = &command{
 	interspersed: true,
 	flags: func(fs *flag.FlagSet) any {
 		o := &execOpts{}
-		fs.StringVar(&o.lang, "lang", "", "`LANGUAGE`: python (default), javascript, typescript, r, bash")
+		fs.StringVar(&o.lang, "lang", "", "`LANGUAGE`: python (default), javascript, typescript, r, bash, or another of envctl languages")
 		fs.StringVar(&o.context, "context", "", "run on the context with this `ID` (default: the language's default context)")
 		return o
 	},
 	run: runExecCode,
+}
+
+var languagesCommand = &command{
+	name:    "languages",
+	args:    "",
+	summary: "list the languages exec-code can run (one per installed Jupyter kernel)",
+	run: func(ctx context.Context, e *env, _ any, args []string) error {
+		if len(args) > 0 {
+			return usageError{fmt.Sprintf("languages: unexpected argument %q (usage: envctl languages)", args[0])}
+		}
+		langs, err := e.c.Languages(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "LANGUAGE\tKERNEL\tALIASES\tDEFAULT CONTEXT\tDISPLAY NAME")
+		for _, l := range langs {
+			def := "-"
+			switch {
+			case l.DefaultContextID != "" && l.DefaultContextRunning:
+				def = l.DefaultContextID + " (running)"
+			case l.DefaultContextID != "":
+				def = l.DefaultContextID + " (starts on first use)"
+			}
+			aliases := strings.Join(l.Aliases, ",")
+			if aliases == "" {
+				aliases = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.Name, l.KernelName, aliases, def, l.DisplayName)
+		}
+		return tw.Flush()
+	},
 }
 
 func runExecCode(ctx context.Context, e *env, opts any, args []string) error {

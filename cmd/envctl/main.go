@@ -43,7 +43,7 @@ type command struct {
 var commands = []*command{
 	runCommand, psCommand, killCommand,
 	lsCommand, catCommand, cpCommand, watchCommand,
-	execCodeCommand,
+	execCodeCommand, languagesCommand,
 	healthCommand, metricsCommand, envsCommand,
 }
 

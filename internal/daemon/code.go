@@ -86,7 +86,9 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeEx
 	}
 	c.startup = st
 	layout := st.Layout
-	sopts := jupyter.Options{Env: layout.Env(), Logger: log, URL: cfg.JupyterURL, Token: cfg.JupyterToken}
+	// JUPYTER_PATH from envd's environment is kept, after our directory:
+	// more kernelspecs (a template's, a test's) without writing system dirs.
+	sopts := jupyter.Options{Env: layout.Environ([]string{"JUPYTER_PATH=" + os.Getenv("JUPYTER_PATH")}), Logger: log, URL: cfg.JupyterURL, Token: cfg.JupyterToken}
 	if runAs != nil {
 		sopts.RunAs = &jupyter.User{UID: runAs.UID, GID: runAs.GID, Groups: runAs.Groups, Home: runAs.Home, Name: runAs.Name}
 	}

@@ -27,7 +27,7 @@ func TestDisabled(t *testing.T) {
 	t.Cleanup(srv.Close)
 	for _, r := range [][2]string{
 		{"GET", "/health"}, {"POST", "/execute"}, {"GET", "/contexts"}, {"POST", "/contexts"},
-		{"DELETE", "/contexts/x"}, {"POST", "/contexts/x/restart"},
+		{"DELETE", "/contexts/x"}, {"POST", "/contexts/x/restart"}, {"GET", "/languages"},
 	} {
 		req, _ := http.NewRequest(r[0], srv.URL+r[1], strings.NewReader(`{"code": "1"}`))
 		resp, err := srv.Client().Do(req)

@@ -2,6 +2,7 @@ package interpreter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,18 +20,24 @@ import (
 // and imports persist between its executions, which run one at a time in
 // the order they were submitted.
 //
-// Its id is the id of its first kernel and never changes: when the kernel
-// is lost for good (Jupyter server restarted, kernel removed after too many
-// deaths) the context gets a new kernel on its next use, with fresh state
-// and the same cwd.
+// Its id is the id of its first kernel (a random one for a default listed
+// before its kernel starts: see Engine.listLazyDefault) and never changes:
+// when the kernel is lost for good (Jupyter server restarted, kernel
+// removed after too many deaths) the context gets a new kernel on its next
+// use, with fresh state and the same cwd.
 type Context struct {
 	ID       string // immutable after creation
 	Language string // normalized
 	Cwd      string // absolute
 
 	kernelName string
-	eng        *Engine
-	queue      fifo.Queue
+	// code is the language of the setup and env code envd runs in its
+	// kernels ("python" for a second Python kernelspec); "": none exists
+	// (a kernelspec of a language envd has no code for: the kernel starts
+	// in Cwd, and per-execution env vars are refused).
+	code  string
+	eng   *Engine
+	queue fifo.Queue
 
 	mu       sync.Mutex
 	ks       *kernelState // guarded by mu; nil: the next use starts a new kernel
@@ -85,8 +92,17 @@ func (c *Context) kernelOptions() jupyter.KernelOptions {
 func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *creation) (*kernelState, error) {
 	cr.enter(phaseStart)
 	m, err := client.StartKernel(ctx, c.kernelName, c.Cwd)
+	if errors.Is(err, jupyter.ErrNoSuchKernelSpec) {
+		return nil, newErr(ErrUnsupportedLanguage, err, "language %q is not available any more: its kernelspec %q was removed",
+			c.Language, c.kernelName)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("start %s kernel: %w", c.kernelName, err)
+		if reason := startFailure(err); reason != "" {
+			// The whole traceback is for the log, not for the user.
+			c.eng.log.Debug("kernel start failed", "kernel", c.kernelName, "error", err)
+			return nil, fmt.Errorf("the %s kernel (kernelspec %q) failed to start: %s", c.Language, c.kernelName, reason)
+		}
+		return nil, fmt.Errorf("start a %s kernel (kernelspec %q): %w", c.Language, c.kernelName, err)
 	}
 	del := func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -111,6 +127,29 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 	return ks, nil
 }
 
+// startFailure is the exception a Jupyter server answered a kernel start
+// with (the last line of the traceback in its 500's body, e.g.
+// "FileNotFoundError: [Errno 2] No such file or directory: '/opt/x/bin'"
+// for a kernelspec whose program is missing), or "".
+func startFailure(err error) string {
+	var herr *jupyter.HTTPError
+	if !errors.As(err, &herr) || herr.Status != 500 {
+		return ""
+	}
+	var body struct {
+		Message   string `json:"message"`
+		Traceback string `json:"traceback"`
+	}
+	if json.Unmarshal([]byte(herr.Body), &body) != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(body.Traceback), "\n")
+	if last := strings.TrimSpace(lines[len(lines)-1]); last != "" {
+		return last
+	}
+	return body.Message
+}
+
 // gone reports whether err means the kernel no longer exists anyway.
 func gone(err error) bool {
 	return errors.Is(err, jupyter.ErrKernelNotFound) || errors.Is(err, jupyter.ErrServerRestarted) ||
@@ -122,6 +161,9 @@ func gone(err error) bool {
 // it only sets the vars that changed. One silent execution, or none.
 // Requires the queue (or exclusive use of a new kernel).
 func (c *Context) setup(ctx context.Context, ks *kernelState) error {
+	if c.code == "" {
+		return nil // Jupyter started the kernel in Cwd; envd has no code for it
+	}
 	for attempt := 0; ; attempt++ {
 		restarts := ks.kernel.Status().Restarts
 		fresh := restarts != ks.setupRestarts
@@ -129,7 +171,7 @@ func (c *Context) setup(ctx context.Context, ks *kernelState) error {
 		var lines []string
 		chdir := ""
 		if fresh {
-			code, err := startup.ChdirCode(c.Language, c.Cwd)
+			code, err := startup.ChdirCode(c.code, c.Cwd)
 			if err != nil {
 				return fmt.Errorf("set working directory: %w", err)
 			}
@@ -138,13 +180,13 @@ func (c *Context) setup(ctx context.Context, ks *kernelState) error {
 		}
 		changed := envDiff(ks.globalEnv, env, fresh)
 		if len(changed) > 0 {
-			code, err := startup.SetGlobalEnvCode(c.Language, changed)
+			code, err := startup.SetGlobalEnvCode(c.code, changed)
 			if err != nil {
 				// A name the language cannot hold (e.g. not a bash
 				// identifier): leave that one out rather than fail every run.
 				c.eng.log.Warn("cannot set sandbox env vars in kernel", "language", c.Language, "error", err)
-				changed = settable(c.Language, changed)
-				code, _ = startup.SetGlobalEnvCode(c.Language, changed)
+				changed = settable(c.code, changed)
+				code, _ = startup.SetGlobalEnvCode(c.code, changed)
 			}
 			if code != "" {
 				lines = append(lines, code)
@@ -330,6 +372,14 @@ func (c *Context) revive() {
 	if _, err := c.kernel(ctx); err != nil && c.eng.ctx.Err() == nil && !errors.Is(err, errRemoved) {
 		c.eng.log.Warn("cannot give the context a new kernel", "context_id", c.ID, "error", err)
 	}
+}
+
+// running reports whether the context has a usable kernel now.
+func (c *Context) running() bool {
+	c.mu.Lock()
+	ks := c.ks
+	c.mu.Unlock()
+	return ks != nil && ks.usable()
 }
 
 // kernelID is the Jupyter id of the context's current kernel ("" if none).

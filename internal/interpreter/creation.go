@@ -67,6 +67,10 @@ func (cr *creation) finish(err error) {
 	if errors.Is(err, ErrClosed) {
 		return
 	}
+	if errors.Is(err, ErrUnsupportedLanguage) {
+		cr.e.log.Info("context not created: language not available", "language", cr.lang, "error", err)
+		return
+	}
 	if err != nil {
 		cr.e.log.Warn("context creation failed", "language", cr.lang, "phase", phase,
 			"phase_duration", now.Sub(since), "duration", now.Sub(cr.began), "error", err)

@@ -5,15 +5,24 @@
 // codeconnect envd's native Connect service (envd.interpreter.v1).
 //
 // The Engine owns contexts on top of one jupyter.Supervisor. A Context is
-// a kernel of one language (python, javascript and typescript on Deno, r,
-// bash) with a working directory. Its id is its first kernel's id and
-// never changes: when the kernel dies Jupyter restarts it in place, and
+// a kernel of one language with a working directory. The languages are
+// what the installed kernelspecs run, as the Jupyter server lists them at
+// the time of the request (so kernelspecs installed or removed after start
+// count): envd's own mapping first (python, javascript and typescript on
+// Deno, r, bash, with the aliases js, ts, py, sh and the kernelspecs'
+// names), then any other kernelspec by its language field or its name
+// (Languages lists them). Its id is its first kernel's id (a random one
+// for the JavaScript default, listed before its kernel exists) and never
+// changes: when the kernel dies Jupyter restarts it in place, and
 // when the kernel is lost for good (the Jupyter server was restarted, or
 // the kernel kept dying) the context gets a new kernel on its next use.
 // Either way the next execution first re-applies the context's cwd and the
 // sandbox-wide env vars (one silent execution per kernel incarnation; env
 // changes are applied as they happen). The default Python context is
-// created at Start; other languages' defaults on first use. Creating a
+// created at Start, and the default JavaScript context is listed right
+// after it, as E2B's server has both from the start, but its kernel (a
+// Deno kernel costs ~200 MB) starts on its first use; other languages'
+// defaults are created on first use. Creating a
 // context goes through phases (wait for Jupyter, start the kernel, connect,
 // set it up), each logged with its duration; a caller that stops waiting
 // is told the phase (ErrNotReady). Requests are checked before any kernel

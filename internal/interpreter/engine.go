@@ -261,6 +261,7 @@ func (e *Engine) bootstrap() {
 	for {
 		_, err := e.defaultContext(e.ctx, Python)
 		if err == nil {
+			e.listLazyDefault(JavaScript)
 			close(e.ready)
 			e.mu.Lock()
 			e.lastErr = nil
@@ -283,6 +284,40 @@ func (e *Engine) bootstrap() {
 		}
 		backoff = min(2*backoff, 30*time.Second)
 	}
+}
+
+// listLazyDefault gives a language its default context without starting
+// its kernel: the context is listed (with its id for good) and its kernel
+// starts on its first use. E2B's server starts the JavaScript default at
+// start; a Deno kernel costs about 200 MB, which only a sandbox that runs
+// JavaScript should pay. Nothing happens if the language is not installed
+// or already has a default.
+func (e *Engine) listLazyDefault(lang string) {
+	// The server is up (the Python default exists): listing its
+	// kernelspecs is quick, and readiness waits for it.
+	ctx, cancel := context.WithTimeout(e.ctx, min(e.opts.CreateTimeout, 30*time.Second))
+	defer cancel()
+	l, err := e.resolve(ctx, lang)
+	if err != nil {
+		e.log.Info("no default context for a language", "language", lang, "error", err)
+		return
+	}
+	dir, err := e.defaultDir(l.name)
+	if err != nil {
+		e.log.Warn("no default context for a language", "language", lang, "error", err)
+		return
+	}
+	c := &Context{ID: newID(), Language: l.name, Cwd: dir, kernelName: l.kernel, code: codeLanguage(l.code), eng: e}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed || e.defaults[l.name] != nil || e.creating[l.name] != nil {
+		return
+	}
+	e.contexts[c.ID] = c
+	e.order = append(e.order, c)
+	e.defaults[l.name] = c
+	e.log.Info("default context listed; its kernel starts on first use", "context_id", c.ID, "language", c.Language,
+		"kernel", c.kernelName, "cwd", dir)
 }
 
 // watch gives the default Python context a new kernel as soon as a new
@@ -352,18 +387,16 @@ func notFound(id string) error {
 }
 
 // CreateContext starts a kernel for language in cwd (empty: DefaultCwd) and
-// returns the new context. It is not a language default. The request is
-// checked before any kernel starts. It fails with ErrUnsupportedLanguage,
-// ErrBadCwd, ErrNotReady (naming the phase of the creation it was in) when
-// ctx ends first, ErrClosed, or a Jupyter error.
+// returns the new context. It is not a language default. The language is
+// one of Languages, by name or alias. The request is checked before any
+// kernel starts. It fails with ErrUnsupportedLanguage, ErrBadCwd,
+// ErrNotReady (naming the phase of the creation it was in) when ctx ends
+// first, ErrClosed, or a Jupyter error.
 func (e *Engine) CreateContext(ctx context.Context, language, cwd string) (*Context, error) {
 	lang := NormalizeLanguage(language)
 	dir, err := e.resolveCwd(cwd)
 	if err != nil {
 		return nil, err
-	}
-	if _, known := kernelNames[lang]; !known {
-		return nil, e.unsupported(ctx, lang)
 	}
 	cr := e.newCreation(lang)
 	c, err := e.createContext(ctx, cr, lang, dir, false)
@@ -374,25 +407,86 @@ func (e *Engine) CreateContext(ctx context.Context, language, cwd string) (*Cont
 	return c, err
 }
 
-// unsupported is the answer to a language no kernelspec can run, listing
-// those that can (which waits for Jupyter at most until ctx ends).
-func (e *Engine) unsupported(ctx context.Context, lang string) error {
-	if e.sup.Status().State != jupyter.ServerReady {
-		return unknownLanguage(lang)
-	}
+// languages lists what the installed kernelspecs run, as the Jupyter
+// server lists them now (it reads its kernelspec directories on every
+// listing, so kernelspecs added or removed since envd started count). It
+// waits for the server until ctx ends.
+func (e *Engine) languages(ctx context.Context) ([]language, error) {
 	client, err := e.sup.Client(ctx)
 	if err != nil {
-		return unknownLanguage(lang)
+		if errors.Is(err, jupyter.ErrStopped) {
+			return nil, errClosed
+		}
+		return nil, newErr(ErrNotReady, err, "%s: waiting for the Jupyter server to list the installed kernels: %v",
+			ErrNotReady.Error(), err)
 	}
 	specs, err := client.KernelSpecs(ctx)
 	if err != nil {
-		return unknownLanguage(lang)
+		return nil, fmt.Errorf("list kernelspecs: %w", err)
 	}
-	have := make(map[string]bool, len(specs.Specs))
-	for name := range specs.Specs {
-		have[name] = true
+	return languagesFrom(specs.Specs), nil
+}
+
+// resolve finds a language (normalized) by name or alias among what the
+// installed kernelspecs run, or says which ones they run.
+func (e *Engine) resolve(ctx context.Context, lang string) (language, error) {
+	list, err := e.languages(ctx)
+	if err != nil {
+		return language{}, err
 	}
-	return unsupported(lang, availableLanguages(have))
+	l, ok := lookup(list, lang)
+	if !ok {
+		return language{}, unsupported(lang, list)
+	}
+	return l, nil
+}
+
+// LanguageInfo describes a language the sandbox can run: the kernelspec
+// that runs it and its default context.
+type LanguageInfo struct {
+	// Language is its name as contexts report it: envd's name (python,
+	// javascript, typescript, r, bash), else the kernelspec's language
+	// field, else the kernelspec's name.
+	Language string `json:"language"`
+	// KernelName is the Jupyter kernelspec that runs it.
+	KernelName string `json:"kernel_name"`
+	// DisplayName is the kernelspec's display name.
+	DisplayName string `json:"display_name"`
+	// Aliases are other names that select it (never nil).
+	Aliases []string `json:"aliases"`
+	// DefaultContextID is the id of its default context, the one a run
+	// with this language and no context uses; "" until it has one.
+	DefaultContextID string `json:"default_context_id"`
+	// DefaultContextRunning is whether that context has a kernel now (the
+	// JavaScript default is listed from the start; its kernel starts on
+	// first use).
+	DefaultContextRunning bool `json:"default_context_running"`
+}
+
+// Languages lists the languages the installed kernelspecs run, envd's
+// own first (python, javascript, typescript, r, bash, when installed),
+// then the others by name. It waits for the Jupyter server until ctx
+// ends (ErrNotReady).
+func (e *Engine) Languages(ctx context.Context) ([]LanguageInfo, error) {
+	list, err := e.languages(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]LanguageInfo, len(list))
+	for i, l := range list {
+		out[i] = LanguageInfo{Language: l.name, KernelName: l.kernel, DisplayName: l.displayName, Aliases: l.aliases}
+		if out[i].Aliases == nil {
+			out[i].Aliases = []string{}
+		}
+		e.mu.Lock()
+		d := e.defaults[l.name]
+		e.mu.Unlock()
+		if d != nil {
+			out[i].DefaultContextID = d.ID
+			out[i].DefaultContextRunning = d.running()
+		}
+	}
+	return out, nil
 }
 
 // defaultContext returns the language's default context, creating it if
@@ -492,18 +586,16 @@ func (e *Engine) createContext(ctx context.Context, cr *creation, lang, dir stri
 	if err != nil {
 		return nil, fmt.Errorf("list kernels: %w", err)
 	}
-	have := make(map[string]bool, len(specs.Specs))
-	for name := range specs.Specs {
-		have[name] = true
-	}
-	kernelName, err := kernelFor(lang, have)
-	if err != nil {
-		return nil, err
+	list := languagesFrom(specs.Specs)
+	l, ok := lookup(list, lang)
+	if !ok {
+		return nil, unsupported(lang, list)
 	}
 	c := &Context{
-		Language:   lang,
+		Language:   l.name,
 		Cwd:        dir,
-		kernelName: kernelName,
+		kernelName: l.kernel,
+		code:       codeLanguage(l.code),
 		eng:        e,
 	}
 	ks, err := c.startKernel(ctx, client, cr)
@@ -522,10 +614,10 @@ func (e *Engine) createContext(ctx context.Context, cr *creation, lang, dir stri
 	e.contexts[c.ID] = c
 	e.order = append(e.order, c)
 	if asDefault {
-		e.defaults[lang] = c
+		e.defaults[c.Language] = c
 	}
 	e.mu.Unlock()
-	e.log.Info("context created", "context_id", c.ID, "language", lang, "cwd", dir, "default", asDefault,
+	e.log.Info("context created", "context_id", c.ID, "language", c.Language, "kernel", c.kernelName, "cwd", dir, "default", asDefault,
 		"duration", e.clock.Since(cr.began))
 	return c, nil
 }
@@ -601,6 +693,7 @@ func (e *Engine) Execute(ctx context.Context, req ExecuteRequest) (*Execution, *
 	var c *Context
 	var err error
 	lang := NormalizeLanguage(req.Language)
+	code := lang // the language of the env code
 	switch {
 	case req.ContextID != "" && req.Language != "":
 		return nil, nil, newErr(ErrContextAndLanguage, nil, "%s", ErrContextAndLanguage.Error())
@@ -608,13 +701,23 @@ func (e *Engine) Execute(ctx context.Context, req ExecuteRequest) (*Execution, *
 		if c, err = e.Context(req.ContextID); err != nil {
 			return nil, nil, err
 		}
-		lang = c.Language
 	default:
-		if _, known := kernelNames[lang]; !known {
-			return nil, nil, e.unsupported(ctx, lang)
+		c = e.languageDefault(lang)
+		if c == nil && builtinNamed(lang) == nil {
+			// Another kernelspec's name or language: which one, and the
+			// name its default goes by, only the Jupyter server knows.
+			l, err := e.resolve(ctx, lang)
+			if err != nil {
+				return nil, nil, err
+			}
+			lang, code = l.name, codeLanguage(l.code)
+			c = e.languageDefault(lang)
 		}
 	}
-	setEnv, err := envCode(lang, req.Env)
+	if c != nil {
+		lang, code = c.Language, c.code
+	}
+	setEnv, err := envCode(lang, code, req.Env)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -641,21 +744,32 @@ func (e *Engine) Execute(ctx context.Context, req ExecuteRequest) (*Execution, *
 	return x, r, nil
 }
 
-// envCode is the silent code that sets a per-execution env in lang ("" for
-// none), or an ErrBadEnv error.
-func envCode(lang string, env map[string]string) (string, error) {
+// languageDefault returns the language's default context, if it has one.
+func (e *Engine) languageDefault(lang string) *Context {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.defaults[lang]
+}
+
+// envCode is the silent code that sets a per-execution env in a context
+// of lang whose env code is in code ("" for none), or an ErrBadEnv error.
+func envCode(lang, code string, env map[string]string) (string, error) {
 	if len(env) == 0 {
 		return "", nil
+	}
+	if code == "" {
+		return "", newErr(ErrBadEnv, nil, "%s: envd cannot set env vars per execution in %s (it knows no way to in that kernel's language)",
+			ErrBadEnv.Error(), lang)
 	}
 	vars := make(map[string]*string, len(env))
 	for k, v := range env {
 		vars[k] = &v
 	}
-	code, err := startup.SetEnvCode(lang, vars)
+	set, err := startup.SetEnvCode(code, vars)
 	if err != nil {
 		return "", newErr(ErrBadEnv, err, "%s: %v", ErrBadEnv.Error(), err)
 	}
-	return code, nil
+	return set, nil
 }
 
 // Interrupt interrupts the execution running on a context, if any (see

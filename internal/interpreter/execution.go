@@ -626,7 +626,7 @@ func (r *runner) restoreEnv(restartsAtSet int) {
 	if ks == nil || !ks.usable() || ks.kernel.Status().Restarts != restartsAtSet {
 		return
 	}
-	code, err := startup.RestoreEnvCode(x.Language)
+	code, err := startup.RestoreEnvCode(x.c.code)
 	if err != nil {
 		return
 	}

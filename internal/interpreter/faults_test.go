@@ -501,7 +501,7 @@ func TestBadInputs(t *testing.T) {
 		{"bash env name", "POST", "/execute", `{"code": "1", "language": "bash", "env_vars": {"NOT-AN-ID": "x"}}`, 400, []string{"NOT-AN-ID"}},
 		{"missing cwd", "POST", "/contexts", `{"cwd": "/does/not/exist"}`, 400, []string{"/does/not/exist does not exist"}},
 		{"cwd is a file", "POST", "/contexts", fmt.Sprintf(`{"cwd": %q}`, file), 400, []string{"is not a directory"}},
-		{"context unknown language", "POST", "/contexts", `{"language": "java"}`, 400, []string{`"java"`, "available languages"}},
+		{"context unknown language", "POST", "/contexts", `{"language": "cobol"}`, 400, []string{`"cobol"`, "available languages"}},
 		{"context language not a string", "POST", "/contexts", `{"language": ["python"]}`, 422, []string{`"language"`}},
 		{"delete unknown", "DELETE", "/contexts/nope", nil, 404, []string{"Context nope not found"}},
 		{"restart unknown", "POST", "/contexts/nope/restart", nil, 404, []string{"Context nope not found"}},

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -29,10 +30,13 @@ const installHint = testutil.InstallHint
 // kill or stop its own: a server start costs seconds on two cores.
 var shared struct {
 	layout startup.Layout
-	sup    *jupyter.Supervisor
-	eng    *interpreter.Engine
-	srv    *httptest.Server // the HTTP API over eng (with /health)
-	env    sync.Map         // sandbox-wide env vars served by GlobalEnv
+	// kernels is a directory in the servers' JUPYTER_PATH (after the
+	// layout's) where tests install kernelspecs: kernels/NAME/kernel.json.
+	kernels string
+	sup     *jupyter.Supervisor
+	eng     *interpreter.Engine
+	srv     *httptest.Server // the HTTP API over eng (with /health)
+	env     sync.Map         // sandbox-wide env vars served by GlobalEnv
 }
 
 // testKeepalive is the HTTP API's keepalive in tests.
@@ -62,6 +66,11 @@ func (r mainRunner) Run() int {
 	shared.layout, err = startup.Install(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL: install startup files:", err)
+		return 1
+	}
+	shared.kernels = filepath.Join(dir, "extra")
+	if err := os.MkdirAll(filepath.Join(shared.kernels, "kernels"), 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		return 1
 	}
 	sup, eng := newStack(shared.layout, func() map[string]string {
@@ -115,7 +124,8 @@ func (r mainRunner) Run() int {
 // newStack builds a supervisor and an engine over it, as envd does, with
 // the test's timings.
 func newStack(l startup.Layout, globalEnv func() map[string]string) (*jupyter.Supervisor, *interpreter.Engine) {
-	sup := jupyter.New(jupyter.Options{Env: l.Env(), Logger: testLogger()})
+	env := l.Environ([]string{"JUPYTER_PATH=" + shared.kernels})
+	sup := jupyter.New(jupyter.Options{Env: env, Logger: testLogger()})
 	eng := interpreter.New(interpreter.Options{
 		Supervisor:     sup,
 		GlobalEnv:      globalEnv,

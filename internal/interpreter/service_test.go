@@ -700,7 +700,7 @@ func TestServiceBadInput(t *testing.T) {
 		{"execute: negative timeout", exec(&pb.ExecuteRequest{Code: "1", Timeout: durationpb.New(-time.Second)}), connect.CodeInvalidArgument, "negative"},
 		{"execute: invalid timeout", exec(&pb.ExecuteRequest{Code: "1", Timeout: &durationpb.Duration{Seconds: 1, Nanos: -1}}), connect.CodeInvalidArgument, "timeout"},
 		{"execute: unknown context", exec(&pb.ExecuteRequest{Code: "1", ContextId: "nope"}), connect.CodeNotFound, `context "nope" not found`},
-		{"execute: unknown language", exec(&pb.ExecuteRequest{Code: "1", Language: "cobol"}), connect.CodeInvalidArgument, `"cobol"; available languages: python, javascript, typescript, r, bash`},
+		{"execute: unknown language", exec(&pb.ExecuteRequest{Code: "1", Language: "cobol"}), connect.CodeInvalidArgument, `"cobol": no installed kernelspec has that name or language; available languages: python, javascript, typescript, r, bash`},
 		{"execute: bash env name", exec(&pb.ExecuteRequest{Code: "1", Language: "bash", EnvVars: map[string]string{"NOT-AN-ID": "x"}}), connect.CodeInvalidArgument, "NOT-AN-ID"},
 		{"attach: no id", attach("", 0), connect.CodeInvalidArgument, "execution_id is empty"},
 		{"attach: unknown id", attach("nope", 0), connect.CodeNotFound, `execution "nope" not found`},
@@ -715,9 +715,9 @@ func TestServiceBadInput(t *testing.T) {
 			return err
 		}, connect.CodeNotFound, `context "nope" not found`},
 		{"create: unknown language", func() error {
-			_, err := c.CreateContext(ctx, connect.NewRequest(&pb.CreateContextRequest{Language: "java"}))
+			_, err := c.CreateContext(ctx, connect.NewRequest(&pb.CreateContextRequest{Language: "cobol"}))
 			return err
-		}, connect.CodeInvalidArgument, `"java"; available languages: python, javascript, typescript, r, bash`},
+		}, connect.CodeInvalidArgument, `"cobol": no installed kernelspec has that name or language; available languages: python, javascript, typescript, r, bash`},
 		{"create: missing cwd", func() error {
 			_, err := c.CreateContext(ctx, connect.NewRequest(&pb.CreateContextRequest{Cwd: "/does/not/exist"}))
 			return err

@@ -298,12 +298,13 @@ func TestClientCode(t *testing.T) {
 	})
 	t.Run("contexts", func(t *testing.T) {
 		list, err := c.ListContexts(ctx)
-		found := false
+		found, js := false, false
 		for _, x := range list {
 			found = found || x == *cc
+			js = js || x.Language == "javascript"
 		}
-		if err != nil || !found || len(list) != 2 {
-			t.Errorf("ListContexts: %+v, %v; want the default context and %+v", list, err, cc)
+		if err != nil || !found || !js || len(list) != 3 {
+			t.Errorf("ListContexts: %+v, %v; want the python and javascript defaults and %+v", list, err, cc)
 		}
 		if _, err := c.RestartContext(ctx, cc.ID); err != nil {
 			t.Fatal(err)

@@ -411,3 +411,30 @@ func (s *Service) RemoveContext(ctx context.Context, req *connect.Request[pb.Rem
 	}
 	return connect.NewResponse(&pb.RemoveContextResponse{}), nil
 }
+
+// ListLanguages lists the languages the installed kernelspecs run, as
+// installed now, with their default contexts.
+func (s *Service) ListLanguages(ctx context.Context, req *connect.Request[pb.ListLanguagesRequest]) (*connect.Response[pb.ListLanguagesResponse], error) {
+	eng, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.readyWait)
+	defer cancel()
+	langs, err := eng.Languages(wctx)
+	if err != nil {
+		return nil, s.toConnectErr(ctx, err)
+	}
+	out := &pb.ListLanguagesResponse{Languages: make([]*pb.Language, 0, len(langs))}
+	for _, l := range langs {
+		out.Languages = append(out.Languages, &pb.Language{
+			Language:              l.Language,
+			KernelName:            l.KernelName,
+			DisplayName:           l.DisplayName,
+			Aliases:               l.Aliases,
+			DefaultContextId:      l.DefaultContextID,
+			DefaultContextRunning: l.DefaultContextRunning,
+		})
+	}
+	return connect.NewResponse(out), nil
+}

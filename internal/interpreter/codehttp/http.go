@@ -2,7 +2,8 @@
 // @e2b/code-interpreter SDK speaks it) over an interpreter.Engine:
 // POST /execute streaming NDJSON (wire.go: ASCII-only lines, as the JS SDK
 // needs), GET/POST /contexts, DELETE /contexts/{id}, POST
-// /contexts/{id}/restart, and the code port's GET /health. It uses only
+// /contexts/{id}/restart, the code port's GET /health, and envd's own GET
+// /languages (what this sandbox can run; E2B's server has no such route). It uses only
 // the engine's exported API, and is the only place where engine errors
 // become HTTP statuses (writeErr).
 package codehttp
@@ -77,6 +78,7 @@ func (h *API) Routes() []server.Route {
 		{Pattern: "POST /contexts", Handler: h.withEngine(h.createContext)},
 		{Pattern: "DELETE /contexts/{id}", Handler: h.withEngine(h.removeContext)},
 		{Pattern: "POST /contexts/{id}/restart", Handler: h.withEngine(h.restartContext)},
+		{Pattern: "GET /languages", Handler: h.withEngine(h.listLanguages)},
 	}
 }
 
@@ -230,6 +232,21 @@ func write(w http.ResponseWriter, rc *http.ResponseController, b []byte) error {
 
 func (h *API) listContexts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, h.eng.Contexts())
+}
+
+// listLanguages answers a JSON array of interpreter.LanguageInfo.
+func (h *API) listLanguages(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), h.readyWait)
+	defer cancel()
+	langs, err := h.eng.Languages(ctx)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client left
+		}
+		h.writeErr(w, err, "", "Failed to list languages")
+		return
+	}
+	writeJSON(w, http.StatusOK, langs)
 }
 
 func (h *API) createContext(w http.ResponseWriter, r *http.Request) {

@@ -108,7 +108,8 @@ func (EndReason) EnumDescriptor() ([]byte, []int) {
 type Context struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// language is normalized: python, javascript, typescript, r, bash.
+	// language is normalized: python, javascript, typescript, r, bash, or
+	// another one of ListLanguages.
 	Language      string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
 	Cwd           string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -172,7 +173,8 @@ type ExecuteRequest struct {
 	// context_id picks the context; empty with an empty language means the
 	// default Python context. Give at most one of context_id and language.
 	ContextId string `protobuf:"bytes,2,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
-	// language runs on that language's default context, created on first use.
+	// language runs on that language's default context, created on first use:
+	// a language of ListLanguages, by name or alias.
 	Language string `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
 	// env_vars are set for this execution only and restored afterwards.
 	EnvVars map[string]string `protobuf:"bytes,4,rep,name=env_vars,json=envVars,proto3" json:"env_vars,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -1333,6 +1335,184 @@ func (*RemoveContextResponse) Descriptor() ([]byte, []int) {
 	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{21}
 }
 
+type ListLanguagesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLanguagesRequest) Reset() {
+	*x = ListLanguagesRequest{}
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLanguagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLanguagesRequest) ProtoMessage() {}
+
+func (x *ListLanguagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLanguagesRequest.ProtoReflect.Descriptor instead.
+func (*ListLanguagesRequest) Descriptor() ([]byte, []int) {
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{22}
+}
+
+type ListLanguagesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Languages     []*Language            `protobuf:"bytes,1,rep,name=languages,proto3" json:"languages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLanguagesResponse) Reset() {
+	*x = ListLanguagesResponse{}
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLanguagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLanguagesResponse) ProtoMessage() {}
+
+func (x *ListLanguagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLanguagesResponse.ProtoReflect.Descriptor instead.
+func (*ListLanguagesResponse) Descriptor() ([]byte, []int) {
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListLanguagesResponse) GetLanguages() []*Language {
+	if x != nil {
+		return x.Languages
+	}
+	return nil
+}
+
+// Language is a language the sandbox can run, and the kernelspec that runs
+// it.
+type Language struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// language is the name contexts report: envd's own (python, javascript,
+	// typescript, r, bash), else the kernelspec's language field, else the
+	// kernelspec's name.
+	Language string `protobuf:"bytes,1,opt,name=language,proto3" json:"language,omitempty"`
+	// kernel_name is the Jupyter kernelspec that runs it.
+	KernelName string `protobuf:"bytes,2,opt,name=kernel_name,json=kernelName,proto3" json:"kernel_name,omitempty"`
+	// display_name is the kernelspec's.
+	DisplayName string `protobuf:"bytes,3,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	// aliases are other names a request may use for it (js, ts, py, the
+	// kernelspec's name...).
+	Aliases []string `protobuf:"bytes,4,rep,name=aliases,proto3" json:"aliases,omitempty"`
+	// default_context_id is its default context, the one a run with this
+	// language and no context uses; empty until it has one.
+	DefaultContextId string `protobuf:"bytes,5,opt,name=default_context_id,json=defaultContextId,proto3" json:"default_context_id,omitempty"`
+	// default_context_running is whether that context has a kernel now (the
+	// JavaScript default is listed from the start; its kernel starts on first
+	// use).
+	DefaultContextRunning bool `protobuf:"varint,6,opt,name=default_context_running,json=defaultContextRunning,proto3" json:"default_context_running,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *Language) Reset() {
+	*x = Language{}
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Language) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Language) ProtoMessage() {}
+
+func (x *Language) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Language.ProtoReflect.Descriptor instead.
+func (*Language) Descriptor() ([]byte, []int) {
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Language) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *Language) GetKernelName() string {
+	if x != nil {
+		return x.KernelName
+	}
+	return ""
+}
+
+func (x *Language) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+func (x *Language) GetAliases() []string {
+	if x != nil {
+		return x.Aliases
+	}
+	return nil
+}
+
+func (x *Language) GetDefaultContextId() string {
+	if x != nil {
+		return x.DefaultContextId
+	}
+	return ""
+}
+
+func (x *Language) GetDefaultContextRunning() bool {
+	if x != nil {
+		return x.DefaultContextRunning
+	}
+	return false
+}
+
 var File_envd_interpreter_v1_interpreter_proto protoreflect.FileDescriptor
 
 const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
@@ -1413,7 +1593,18 @@ const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
 	"\x14RemoveContextRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\tR\tcontextId\"\x17\n" +
-	"\x15RemoveContextResponse*\xe5\x01\n" +
+	"\x15RemoveContextResponse\"\x16\n" +
+	"\x14ListLanguagesRequest\"T\n" +
+	"\x15ListLanguagesResponse\x12;\n" +
+	"\tlanguages\x18\x01 \x03(\v2\x1d.envd.interpreter.v1.LanguageR\tlanguages\"\xea\x01\n" +
+	"\bLanguage\x12\x1a\n" +
+	"\blanguage\x18\x01 \x01(\tR\blanguage\x12\x1f\n" +
+	"\vkernel_name\x18\x02 \x01(\tR\n" +
+	"kernelName\x12!\n" +
+	"\fdisplay_name\x18\x03 \x01(\tR\vdisplayName\x12\x18\n" +
+	"\aaliases\x18\x04 \x03(\tR\aaliases\x12,\n" +
+	"\x12default_context_id\x18\x05 \x01(\tR\x10defaultContextId\x126\n" +
+	"\x17default_context_running\x18\x06 \x01(\bR\x15defaultContextRunning*\xe5\x01\n" +
 	"\tEndReason\x12\x1a\n" +
 	"\x16END_REASON_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rEND_REASON_OK\x10\x01\x12\x14\n" +
@@ -1422,7 +1613,7 @@ const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
 	"\x14END_REASON_TIMED_OUT\x10\x04\x12\x1a\n" +
 	"\x16END_REASON_KERNEL_DIED\x10\x05\x12 \n" +
 	"\x1cEND_REASON_CONTEXT_RESTARTED\x10\x06\x12\x1f\n" +
-	"\x1bEND_REASON_SERVER_RESTARTED\x10\a2\xd8\x05\n" +
+	"\x1bEND_REASON_SERVER_RESTARTED\x10\a2\xc0\x06\n" +
 	"\x12InterpreterService\x12V\n" +
 	"\aExecute\x12#.envd.interpreter.v1.ExecuteRequest\x1a$.envd.interpreter.v1.ExecuteResponse0\x01\x12n\n" +
 	"\x0fAttachExecution\x12+.envd.interpreter.v1.AttachExecutionRequest\x1a,.envd.interpreter.v1.AttachExecutionResponse0\x01\x12Z\n" +
@@ -1430,7 +1621,8 @@ const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
 	"\rCreateContext\x12).envd.interpreter.v1.CreateContextRequest\x1a*.envd.interpreter.v1.CreateContextResponse\x12c\n" +
 	"\fListContexts\x12(.envd.interpreter.v1.ListContextsRequest\x1a).envd.interpreter.v1.ListContextsResponse\x12i\n" +
 	"\x0eRestartContext\x12*.envd.interpreter.v1.RestartContextRequest\x1a+.envd.interpreter.v1.RestartContextResponse\x12f\n" +
-	"\rRemoveContext\x12).envd.interpreter.v1.RemoveContextRequest\x1a*.envd.interpreter.v1.RemoveContextResponseB@Z>github.com/envd-dev/envd/gen/envd/interpreter/v1;interpreterv1b\x06proto3"
+	"\rRemoveContext\x12).envd.interpreter.v1.RemoveContextRequest\x1a*.envd.interpreter.v1.RemoveContextResponse\x12f\n" +
+	"\rListLanguages\x12).envd.interpreter.v1.ListLanguagesRequest\x1a*.envd.interpreter.v1.ListLanguagesResponseB@Z>github.com/envd-dev/envd/gen/envd/interpreter/v1;interpreterv1b\x06proto3"
 
 var (
 	file_envd_interpreter_v1_interpreter_proto_rawDescOnce sync.Once
@@ -1445,7 +1637,7 @@ func file_envd_interpreter_v1_interpreter_proto_rawDescGZIP() []byte {
 }
 
 var file_envd_interpreter_v1_interpreter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_envd_interpreter_v1_interpreter_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_envd_interpreter_v1_interpreter_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_envd_interpreter_v1_interpreter_proto_goTypes = []any{
 	(EndReason)(0),                  // 0: envd.interpreter.v1.EndReason
 	(*Context)(nil),                 // 1: envd.interpreter.v1.Context
@@ -1470,14 +1662,17 @@ var file_envd_interpreter_v1_interpreter_proto_goTypes = []any{
 	(*RestartContextResponse)(nil),  // 20: envd.interpreter.v1.RestartContextResponse
 	(*RemoveContextRequest)(nil),    // 21: envd.interpreter.v1.RemoveContextRequest
 	(*RemoveContextResponse)(nil),   // 22: envd.interpreter.v1.RemoveContextResponse
-	nil,                             // 23: envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
-	nil,                             // 24: envd.interpreter.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),     // 25: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 26: google.protobuf.Timestamp
+	(*ListLanguagesRequest)(nil),    // 23: envd.interpreter.v1.ListLanguagesRequest
+	(*ListLanguagesResponse)(nil),   // 24: envd.interpreter.v1.ListLanguagesResponse
+	(*Language)(nil),                // 25: envd.interpreter.v1.Language
+	nil,                             // 26: envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
+	nil,                             // 27: envd.interpreter.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),     // 28: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 29: google.protobuf.Timestamp
 }
 var file_envd_interpreter_v1_interpreter_proto_depIdxs = []int32{
-	23, // 0: envd.interpreter.v1.ExecuteRequest.env_vars:type_name -> envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
-	25, // 1: envd.interpreter.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	26, // 0: envd.interpreter.v1.ExecuteRequest.env_vars:type_name -> envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
+	28, // 1: envd.interpreter.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
 	6,  // 2: envd.interpreter.v1.ExecuteResponse.event:type_name -> envd.interpreter.v1.ExecutionEvent
 	6,  // 3: envd.interpreter.v1.AttachExecutionResponse.event:type_name -> envd.interpreter.v1.ExecutionEvent
 	7,  // 4: envd.interpreter.v1.ExecutionEvent.started:type_name -> envd.interpreter.v1.Started
@@ -1487,31 +1682,34 @@ var file_envd_interpreter_v1_interpreter_proto_depIdxs = []int32{
 	10, // 8: envd.interpreter.v1.ExecutionEvent.error:type_name -> envd.interpreter.v1.Error
 	11, // 9: envd.interpreter.v1.ExecutionEvent.end:type_name -> envd.interpreter.v1.End
 	12, // 10: envd.interpreter.v1.ExecutionEvent.keepalive:type_name -> envd.interpreter.v1.Keepalive
-	26, // 11: envd.interpreter.v1.Output.timestamp:type_name -> google.protobuf.Timestamp
-	24, // 12: envd.interpreter.v1.Result.data:type_name -> envd.interpreter.v1.Result.DataEntry
+	29, // 11: envd.interpreter.v1.Output.timestamp:type_name -> google.protobuf.Timestamp
+	27, // 12: envd.interpreter.v1.Result.data:type_name -> envd.interpreter.v1.Result.DataEntry
 	0,  // 13: envd.interpreter.v1.End.reason:type_name -> envd.interpreter.v1.EndReason
 	1,  // 14: envd.interpreter.v1.CreateContextResponse.context:type_name -> envd.interpreter.v1.Context
 	1,  // 15: envd.interpreter.v1.ListContextsResponse.contexts:type_name -> envd.interpreter.v1.Context
 	1,  // 16: envd.interpreter.v1.RestartContextResponse.context:type_name -> envd.interpreter.v1.Context
-	2,  // 17: envd.interpreter.v1.InterpreterService.Execute:input_type -> envd.interpreter.v1.ExecuteRequest
-	4,  // 18: envd.interpreter.v1.InterpreterService.AttachExecution:input_type -> envd.interpreter.v1.AttachExecutionRequest
-	13, // 19: envd.interpreter.v1.InterpreterService.Interrupt:input_type -> envd.interpreter.v1.InterruptRequest
-	15, // 20: envd.interpreter.v1.InterpreterService.CreateContext:input_type -> envd.interpreter.v1.CreateContextRequest
-	17, // 21: envd.interpreter.v1.InterpreterService.ListContexts:input_type -> envd.interpreter.v1.ListContextsRequest
-	19, // 22: envd.interpreter.v1.InterpreterService.RestartContext:input_type -> envd.interpreter.v1.RestartContextRequest
-	21, // 23: envd.interpreter.v1.InterpreterService.RemoveContext:input_type -> envd.interpreter.v1.RemoveContextRequest
-	3,  // 24: envd.interpreter.v1.InterpreterService.Execute:output_type -> envd.interpreter.v1.ExecuteResponse
-	5,  // 25: envd.interpreter.v1.InterpreterService.AttachExecution:output_type -> envd.interpreter.v1.AttachExecutionResponse
-	14, // 26: envd.interpreter.v1.InterpreterService.Interrupt:output_type -> envd.interpreter.v1.InterruptResponse
-	16, // 27: envd.interpreter.v1.InterpreterService.CreateContext:output_type -> envd.interpreter.v1.CreateContextResponse
-	18, // 28: envd.interpreter.v1.InterpreterService.ListContexts:output_type -> envd.interpreter.v1.ListContextsResponse
-	20, // 29: envd.interpreter.v1.InterpreterService.RestartContext:output_type -> envd.interpreter.v1.RestartContextResponse
-	22, // 30: envd.interpreter.v1.InterpreterService.RemoveContext:output_type -> envd.interpreter.v1.RemoveContextResponse
-	24, // [24:31] is the sub-list for method output_type
-	17, // [17:24] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	25, // 17: envd.interpreter.v1.ListLanguagesResponse.languages:type_name -> envd.interpreter.v1.Language
+	2,  // 18: envd.interpreter.v1.InterpreterService.Execute:input_type -> envd.interpreter.v1.ExecuteRequest
+	4,  // 19: envd.interpreter.v1.InterpreterService.AttachExecution:input_type -> envd.interpreter.v1.AttachExecutionRequest
+	13, // 20: envd.interpreter.v1.InterpreterService.Interrupt:input_type -> envd.interpreter.v1.InterruptRequest
+	15, // 21: envd.interpreter.v1.InterpreterService.CreateContext:input_type -> envd.interpreter.v1.CreateContextRequest
+	17, // 22: envd.interpreter.v1.InterpreterService.ListContexts:input_type -> envd.interpreter.v1.ListContextsRequest
+	19, // 23: envd.interpreter.v1.InterpreterService.RestartContext:input_type -> envd.interpreter.v1.RestartContextRequest
+	21, // 24: envd.interpreter.v1.InterpreterService.RemoveContext:input_type -> envd.interpreter.v1.RemoveContextRequest
+	23, // 25: envd.interpreter.v1.InterpreterService.ListLanguages:input_type -> envd.interpreter.v1.ListLanguagesRequest
+	3,  // 26: envd.interpreter.v1.InterpreterService.Execute:output_type -> envd.interpreter.v1.ExecuteResponse
+	5,  // 27: envd.interpreter.v1.InterpreterService.AttachExecution:output_type -> envd.interpreter.v1.AttachExecutionResponse
+	14, // 28: envd.interpreter.v1.InterpreterService.Interrupt:output_type -> envd.interpreter.v1.InterruptResponse
+	16, // 29: envd.interpreter.v1.InterpreterService.CreateContext:output_type -> envd.interpreter.v1.CreateContextResponse
+	18, // 30: envd.interpreter.v1.InterpreterService.ListContexts:output_type -> envd.interpreter.v1.ListContextsResponse
+	20, // 31: envd.interpreter.v1.InterpreterService.RestartContext:output_type -> envd.interpreter.v1.RestartContextResponse
+	22, // 32: envd.interpreter.v1.InterpreterService.RemoveContext:output_type -> envd.interpreter.v1.RemoveContextResponse
+	24, // 33: envd.interpreter.v1.InterpreterService.ListLanguages:output_type -> envd.interpreter.v1.ListLanguagesResponse
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_envd_interpreter_v1_interpreter_proto_init() }
@@ -1534,7 +1732,7 @@ func file_envd_interpreter_v1_interpreter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_envd_interpreter_v1_interpreter_proto_rawDesc), len(file_envd_interpreter_v1_interpreter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -62,6 +62,9 @@ const (
 	// InterpreterServiceRemoveContextProcedure is the fully-qualified name of the InterpreterService's
 	// RemoveContext RPC.
 	InterpreterServiceRemoveContextProcedure = "/envd.interpreter.v1.InterpreterService/RemoveContext"
+	// InterpreterServiceListLanguagesProcedure is the fully-qualified name of the InterpreterService's
+	// ListLanguages RPC.
+	InterpreterServiceListLanguagesProcedure = "/envd.interpreter.v1.InterpreterService/ListLanguages"
 )
 
 // InterpreterServiceClient is a client for the envd.interpreter.v1.InterpreterService service.
@@ -83,6 +86,10 @@ type InterpreterServiceClient interface {
 	// the same working directory.
 	RestartContext(context.Context, *connect.Request[v1.RestartContextRequest]) (*connect.Response[v1.RestartContextResponse], error)
 	RemoveContext(context.Context, *connect.Request[v1.RemoveContextRequest]) (*connect.Response[v1.RemoveContextResponse], error)
+	// ListLanguages lists the languages this sandbox can run: one per
+	// installed Jupyter kernelspec (envd's own languages first), as installed
+	// now.
+	ListLanguages(context.Context, *connect.Request[v1.ListLanguagesRequest]) (*connect.Response[v1.ListLanguagesResponse], error)
 }
 
 // NewInterpreterServiceClient constructs a client for the envd.interpreter.v1.InterpreterService
@@ -138,6 +145,12 @@ func NewInterpreterServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(interpreterServiceMethods.ByName("RemoveContext")),
 			connect.WithClientOptions(opts...),
 		),
+		listLanguages: connect.NewClient[v1.ListLanguagesRequest, v1.ListLanguagesResponse](
+			httpClient,
+			baseURL+InterpreterServiceListLanguagesProcedure,
+			connect.WithSchema(interpreterServiceMethods.ByName("ListLanguages")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -150,6 +163,7 @@ type interpreterServiceClient struct {
 	listContexts    *connect.Client[v1.ListContextsRequest, v1.ListContextsResponse]
 	restartContext  *connect.Client[v1.RestartContextRequest, v1.RestartContextResponse]
 	removeContext   *connect.Client[v1.RemoveContextRequest, v1.RemoveContextResponse]
+	listLanguages   *connect.Client[v1.ListLanguagesRequest, v1.ListLanguagesResponse]
 }
 
 // Execute calls envd.interpreter.v1.InterpreterService.Execute.
@@ -187,6 +201,11 @@ func (c *interpreterServiceClient) RemoveContext(ctx context.Context, req *conne
 	return c.removeContext.CallUnary(ctx, req)
 }
 
+// ListLanguages calls envd.interpreter.v1.InterpreterService.ListLanguages.
+func (c *interpreterServiceClient) ListLanguages(ctx context.Context, req *connect.Request[v1.ListLanguagesRequest]) (*connect.Response[v1.ListLanguagesResponse], error) {
+	return c.listLanguages.CallUnary(ctx, req)
+}
+
 // InterpreterServiceHandler is an implementation of the envd.interpreter.v1.InterpreterService
 // service.
 type InterpreterServiceHandler interface {
@@ -207,6 +226,10 @@ type InterpreterServiceHandler interface {
 	// the same working directory.
 	RestartContext(context.Context, *connect.Request[v1.RestartContextRequest]) (*connect.Response[v1.RestartContextResponse], error)
 	RemoveContext(context.Context, *connect.Request[v1.RemoveContextRequest]) (*connect.Response[v1.RemoveContextResponse], error)
+	// ListLanguages lists the languages this sandbox can run: one per
+	// installed Jupyter kernelspec (envd's own languages first), as installed
+	// now.
+	ListLanguages(context.Context, *connect.Request[v1.ListLanguagesRequest]) (*connect.Response[v1.ListLanguagesResponse], error)
 }
 
 // NewInterpreterServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -258,6 +281,12 @@ func NewInterpreterServiceHandler(svc InterpreterServiceHandler, opts ...connect
 		connect.WithSchema(interpreterServiceMethods.ByName("RemoveContext")),
 		connect.WithHandlerOptions(opts...),
 	)
+	interpreterServiceListLanguagesHandler := connect.NewUnaryHandler(
+		InterpreterServiceListLanguagesProcedure,
+		svc.ListLanguages,
+		connect.WithSchema(interpreterServiceMethods.ByName("ListLanguages")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/envd.interpreter.v1.InterpreterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case InterpreterServiceExecuteProcedure:
@@ -274,6 +303,8 @@ func NewInterpreterServiceHandler(svc InterpreterServiceHandler, opts ...connect
 			interpreterServiceRestartContextHandler.ServeHTTP(w, r)
 		case InterpreterServiceRemoveContextProcedure:
 			interpreterServiceRemoveContextHandler.ServeHTTP(w, r)
+		case InterpreterServiceListLanguagesProcedure:
+			interpreterServiceListLanguagesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -309,4 +340,8 @@ func (UnimplementedInterpreterServiceHandler) RestartContext(context.Context, *c
 
 func (UnimplementedInterpreterServiceHandler) RemoveContext(context.Context, *connect.Request[v1.RemoveContextRequest]) (*connect.Response[v1.RemoveContextResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("envd.interpreter.v1.InterpreterService.RemoveContext is not implemented"))
+}
+
+func (UnimplementedInterpreterServiceHandler) ListLanguages(context.Context, *connect.Request[v1.ListLanguagesRequest]) (*connect.Response[v1.ListLanguagesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("envd.interpreter.v1.InterpreterService.ListLanguages is not implemented"))
 }
