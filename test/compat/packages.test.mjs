@@ -59,17 +59,23 @@ describe(`the sandbox's package environment (${MODE} mode)`, () => {
 
   const debianVersion = execFileSync('/usr/bin/python3', ['--version'], { encoding: 'utf8' }).trim()
 
-  for (const user of ['user', 'root']) {
-    it(`python --version and pip --version as ${user}: the kernels' environment`, T, async () => {
-      const opts = user === 'user' ? {} : { user }
-      assert.equal((await run(sbx, 'python --version', opts)).stdout.trim(), debianVersion)
-      assert.equal((await run(sbx, 'command -v python pip', opts)).stdout.trim(), `${VENV}/bin/python\n${VENV}/bin/pip`)
-      assert.match((await run(sbx, 'pip --version', opts)).stdout, new RegExp(`^pip \\S+ from ${VENV}/lib/python3\\.\\d+/site-packages/pip `))
-      // Debian's packages stay visible through the system site packages.
-      const pandas = await run(sbx, 'python -c "import pandas, sys; print(sys.prefix, pandas.__file__)"', opts)
-      assert.match(pandas.stdout.trim(), new RegExp(`^${VENV} /usr/lib/python3/dist-packages/pandas/`))
-    })
-  }
+  it("python --version and pip --version as the default user: the kernels' environment", T, async () => {
+    assert.equal((await run(sbx, 'python --version')).stdout.trim(), debianVersion)
+    assert.equal((await run(sbx, 'command -v python pip')).stdout.trim(), `${VENV}/bin/python\n${VENV}/bin/pip`)
+    assert.match((await run(sbx, 'pip --version')).stdout, new RegExp(`^pip \\S+ from ${VENV}/lib/python3\\.\\d+/site-packages/pip `))
+    // Debian's packages stay visible through the system site packages.
+    const pandas = await run(sbx, 'python -c "import pandas, sys; print(sys.prefix, pandas.__file__)"')
+    assert.match(pandas.stdout.trim(), new RegExp(`^${VENV} /usr/lib/python3/dist-packages/pandas/`))
+  })
+
+  it('every command gets VIRTUAL_ENV, root included', T, async () => {
+    // (A root login shell runs root's own dotfiles after envd's PATH: on
+    // CI machines they put pyenv first, so root's checks name the venv.)
+    for (const opts of [{}, { user: 'root' }]) {
+      assert.equal((await run(sbx, 'echo "$VIRTUAL_ENV"', opts)).stdout.trim(), VENV)
+      assert.equal((await run(sbx, '"$VIRTUAL_ENV/bin/python" --version', opts)).stdout.trim(), debianVersion)
+    }
+  })
 
   it('the python3 kernel runs the same environment; !pip is its pip', T, async () => {
     const out = stdoutOf(await sbx.runCode('import sys, pandas, matplotlib\nprint(sys.prefix)\n!command -v pip'))
@@ -131,8 +137,8 @@ describe(`installing packages from code (${MODE} mode)`, () => {
       if (sbx) {
         // Uninstall what the tests installed (as root: it may be anyone's).
         const names = [KERNEL_BANG, KERNEL_SUB, COMMAND].map((w) => w.dist).join(' ')
-        await run(sbx, `pip uninstall -y ${names}`, { user: 'root' })
-        const left = (await run(sbx, 'pip list --format=freeze', { user: 'root' })).stdout
+        await run(sbx, `"$VIRTUAL_ENV/bin/pip" uninstall -y ${names}`, { user: 'root' })
+        const left = (await run(sbx, '"$VIRTUAL_ENV/bin/pip" list --format=freeze', { user: 'root' })).stdout
         assert.doesNotMatch(left, /envd-compat/i, 'pip uninstall left packages')
         await run(sbx, `Rscript -e 'if (dir.exists(file.path("${rlib}", "${R_PKG}"))) remove.packages("${R_PKG}", lib = "${rlib}")'`, { user: 'root' })
         assert.equal(fs.existsSync(path.join(rlib, R_PKG)), false, 'remove.packages left the R package')
@@ -218,8 +224,8 @@ for name in sys.argv[2:]:
     assert.match(res.stdout, /Successfully installed envd-compat-cmd-1\.0\.0/)
     const imported = await run(sbx, `python -c "import ${COMMAND.name}, ${KERNEL_BANG.name}, ${KERNEL_SUB.name}; print(${COMMAND.name}.hello('command'))"`)
     assert.equal(imported.stdout, 'envd_compat_cmd says hello to command\n')
-    for (const opts of [{}, { user: 'root' }]) {
-      const list = (await run(sbx, 'pip list --format=freeze', opts)).stdout
+    for (const [cmd, opts] of [['pip list --format=freeze', {}], ['"$VIRTUAL_ENV/bin/pip" list --format=freeze', { user: 'root' }]]) {
+      const list = (await run(sbx, cmd, opts)).stdout
       for (const w of [KERNEL_BANG, KERNEL_SUB, COMMAND]) assert.match(list, new RegExp(`^${w.dist}==1\\.0\\.0$`, 'm'), `pip list as ${opts.user ?? 'user'}:\n${list}`)
     }
   })
