@@ -79,7 +79,7 @@ func checkDir(dir string) error {
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return err
+		return bare(err)
 	}
 	if !fi.IsDir() {
 		return fmt.Errorf("not a directory")
@@ -93,16 +93,24 @@ func checkVenv(dir string) error {
 		return err
 	}
 	if _, err := os.Stat(filepath.Join(dir, "pyvenv.cfg")); err != nil {
-		return fmt.Errorf("not a virtual environment (no pyvenv.cfg): %w", err)
+		return fmt.Errorf("not a virtual environment (pyvenv.cfg: %w)", bare(err))
 	}
 	fi, err := os.Stat(filepath.Join(dir, "bin", "python"))
 	if err != nil {
-		return fmt.Errorf("no bin/python: %w", err)
+		return fmt.Errorf("bin/python: %w", bare(err))
 	}
 	if fi.Mode()&0o111 == 0 {
 		return fmt.Errorf("bin/python is not executable")
 	}
 	return nil
+}
+
+// bare drops the path from a *fs.PathError: the callers name it already.
+func bare(err error) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return pe.Err
+	}
+	return err
 }
 
 // Python is the virtual environment's interpreter ("" without one).

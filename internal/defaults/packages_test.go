@@ -43,8 +43,8 @@ func TestFindPackages(t *testing.T) {
 	}{
 		{name: "both", venv: venv, lib: lib, want: defaults.Packages{PythonVenv: venv, RLibrary: lib}},
 		{name: "off", venv: "", lib: "", want: defaults.Packages{}},
-		{name: "missing venv", venv: filepath.Join(venv, "nope"), lib: "", wantErr: "ENVD_PYTHON_VENV=" + filepath.Join(venv, "nope") + ": no such file"},
-		{name: "not a venv", venv: notVenv, lib: "", wantErr: "not a virtual environment (no pyvenv.cfg)"},
+		{name: "missing venv", venv: filepath.Join(venv, "nope"), lib: "", wantErr: "ENVD_PYTHON_VENV=" + filepath.Join(venv, "nope") + ": no such file or directory"},
+		{name: "not a venv", venv: notVenv, lib: "", wantErr: "ENVD_PYTHON_VENV=" + notVenv + ": not a virtual environment (pyvenv.cfg: no such file or directory)"},
 		{name: "relative venv", venv: "venv", lib: "", wantErr: "ENVD_PYTHON_VENV=venv: not an absolute path"},
 		{name: "library is a file", venv: "", lib: file, wantErr: "ENVD_R_LIBRARY=" + file + ": not a directory"},
 	}
