@@ -2,10 +2,11 @@
 // SDKs, in both modes (in strict mode the kernels run as `user`).
 //
 // 1. The sandbox's own environment, as scripts/install-deps.sh made it:
-//    `python`, `pip` for the default user (and root) are the virtual
-//    environment /opt/envd-python that the python3 kernel runs, with
-//    Debian's pandas still visible; R's first library and Deno's cache are
-//    writable by the kernels' user. Nothing is installed there.
+//    `python`, `pip` for the default user are the virtual environment
+//    /opt/envd-python that the python3 kernel runs, with Debian's pandas
+//    still visible, and every command (root's too) gets VIRTUAL_ENV; R's
+//    first library and Deno's cache are writable by the kernels' user.
+//    Nothing is installed there.
 // 2. Installs, with no package registry: envd is pointed at a temporary
 //    virtual environment and R library (ENVD_PYTHON_VENV, ENVD_R_LIBRARY, as
 //    documented), so nothing lands outside temp dirs. Wheels the test builds
