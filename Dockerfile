@@ -25,7 +25,13 @@ RUN ENVD_INSTALL_FULL=1 ENVD_SKIP_COMPAT=1 ENVD_SKIP_GO=1 /opt/envd/scripts/inst
 	&& rm -rf /var/lib/apt/lists/* /root/.npm
 COPY --from=build /out/envd /out/envctl /usr/local/bin/
 COPY start-up.sh /usr/local/bin/start-up.sh
-ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+# The Python environment install-deps.sh creates comes first for every
+# process (envd adds it for its commands and kernels itself; this is for
+# `docker exec`); /etc/profile.d/envd-python.sh keeps it first in login
+# shells. R_LIBS: install.packages writes to the site library user owns.
+ENV PATH=/opt/envd-python/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+	VIRTUAL_ENV=/opt/envd-python \
+	R_LIBS=/usr/local/lib/R/site-library \
 	LANG=C.UTF-8
 WORKDIR /home/user
 EXPOSE 49983 49999

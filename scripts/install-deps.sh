@@ -13,6 +13,12 @@
 #   - Deno (npm `deno@$DENO_VERSION`) into $ENVD_KERNELS_DIR, plus the Jupyter
 #     kernelspec /usr/local/share/jupyter/kernels/deno/kernel.json.
 #   - The account `user` (home /home/user, bash) with passwordless sudo.
+#   - Where code installs packages (README: "Installing packages from code"):
+#     the Python virtual environment /opt/envd-python (Debian's python3,
+#     --system-site-packages) and R's site library /usr/local/lib/R/site-library,
+#     both `user`'s and, through a default ACL, writable by `user` whoever
+#     installs; /etc/profile.d/envd-python.sh keeps the venv first on a login
+#     shell's PATH.
 #   - npm dependencies of test/compat (`npm ci`), unless ENVD_SKIP_COMPAT=1.
 #
 # Environment knobs:
@@ -29,6 +35,10 @@ readonly DENO_VERSION=2.9.6
 readonly KERNELS_DIR=${ENVD_KERNELS_DIR:-/opt/envd-kernels}
 readonly KERNELSPEC_DIR=${ENVD_KERNELSPEC_DIR:-/usr/local/share/jupyter/kernels}
 readonly SANDBOX_USER=user
+# Where code installs packages: envd's defaults.PythonVenv and defaults.RLibrary.
+readonly PYTHON_VENV=/opt/envd-python
+readonly R_LIBRARY=/usr/local/lib/R/site-library
+readonly PROFILE_SNIPPET=/etc/profile.d/envd-python.sh
 readonly REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 APT_PKGS=(
@@ -43,6 +53,8 @@ APT_PKGS=(
 	# stty/whoami (coreutils), the user's login shell
 	util-linux procps coreutils bash passwd
 	openjdk-17-jdk-headless # envd's Java kernel runs on its jshell (jdk.jshell)
+	# packages from code: the shared venv (python3 -m venv) and its ACLs (setfacl)
+	python3-venv acl
 )
 APT_PKGS_FULL=(
 	python3-scipy python3-sklearn python3-seaborn python3-plotly
@@ -167,6 +179,76 @@ install_user() {
 	fi
 }
 
+# --- packages from code -------------------------------------------------------
+# One Python environment for kernels and commands: a venv is exempt from
+# PEP 668 (Debian's python3 refuses `pip install` as "externally managed"),
+# and --system-site-packages keeps Debian's Jupyter, numpy, pandas and
+# matplotlib visible. Built from /usr/bin/python3, never the first python3 on
+# PATH (a pyenv build on CI machines): the kernels run Debian's ipykernel.
+install_python_venv() {
+	local cfg=$PYTHON_VENV/pyvenv.cfg
+	if [[ -x $PYTHON_VENV/bin/python && -x $PYTHON_VENV/bin/pip && -f $cfg ]] &&
+		grep -qx 'home = /usr/bin' "$cfg" && grep -qx 'include-system-site-packages = true' "$cfg"; then
+		return
+	fi
+	log "python3 -m venv --system-site-packages $PYTHON_VENV"
+	# ensurepip installs Debian's own pip wheel (python3-pip-whl): no index needed.
+	/usr/bin/python3 -m venv --system-site-packages "$PYTHON_VENV"
+	"$PYTHON_VENV/bin/python" -c 'import sys; assert sys.prefix != sys.base_prefix' ||
+		die "$PYTHON_VENV/bin/python is not a virtual environment"
+	note "python venv"
+}
+
+# share_with_user DIR: DIR and everything in it become the sandbox user's,
+# and a default ACL keeps what root creates in it later (a root kernel's
+# `pip install`) writable by the sandbox user, who can then upgrade or
+# remove it. Without ACL support, root's installs stay importable by
+# everyone and removable by root only.
+share_with_user() {
+	local dir=$1 acl="u:$SANDBOX_USER:rwX,d:u:$SANDBOX_USER:rwX"
+	if [[ $(stat -c %U "$dir") == "$SANDBOX_USER" ]] &&
+		getfacl -p --omit-header "$dir" 2>/dev/null | grep -qx "default:user:$SANDBOX_USER:rwx"; then
+		return
+	fi
+	chown -R "$SANDBOX_USER:" "$dir"
+	if ! setfacl -R -m "$acl" "$dir" 2>/dev/null; then
+		log "warning: no ACLs on $dir: what root installs there stays root's"
+	fi
+	note "$dir for $SANDBOX_USER"
+}
+
+install_packages_env() {
+	install_python_venv
+	share_with_user "$PYTHON_VENV"
+	# R_LIBS (set by envd) and R's default R_LIBS_SITE both put the site
+	# library first in .libPaths(): install.packages writes there.
+	mkdir -p "$R_LIBRARY"
+	share_with_user "$R_LIBRARY"
+
+	# commands.run starts `bash -l -c`, and /etc/profile resets PATH: put the
+	# environment envd gives every process (VIRTUAL_ENV) back in front.
+	local want
+	want=$(
+		cat <<'EOF'
+# Installed by envd's scripts/install-deps.sh. envd gives every process
+# VIRTUAL_ENV (the Python environment kernels use) and its bin first on
+# PATH; /etc/profile has just reset PATH, so a login shell puts it back.
+if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
+	case ":$PATH:" in
+	*":$VIRTUAL_ENV/bin:"*) ;;
+	*) PATH="$VIRTUAL_ENV/bin:$PATH" ;;
+	esac
+	export PATH
+fi
+EOF
+	)
+	if [[ ! -f $PROFILE_SNIPPET || $(<"$PROFILE_SNIPPET") != "$want" ]]; then
+		printf '%s\n' "$want" >"$PROFILE_SNIPPET"
+		chmod 0644 "$PROFILE_SNIPPET"
+		note "$PROFILE_SNIPPET"
+	fi
+}
+
 # --- Go ----------------------------------------------------------------------
 # envd builds with the Go named in go.mod. A machine without any Go gets that
 # release from the Go module proxy (golang.org/toolchain, the same zip the go
@@ -219,6 +301,7 @@ install_go
 install_deno
 check_kernelspecs
 install_user
+install_packages_env
 install_compat
 if ((${#done_steps[@]} == 0)); then
 	echo "install-deps: everything already present ($((SECONDS - start))s)"

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/envd-dev/envd/internal/auth"
@@ -33,6 +35,10 @@ type codeExec struct {
 	startup *startup.Temp  // kernel-side startup files, removed at stop
 	runAs   *identity.User // the kernels' account; nil: envd's own
 }
+
+// jupyterPath is the PATH of the Jupyter server's clean environment
+// (jupyter.Supervisor), which Packages.Env extends for its kernels.
+const jupyterPath = "/usr/local/bin:/usr/bin:/bin"
 
 // kernelsUser is the account Jupyter and its kernels run as: envd's own
 // (nil) by default, as upstream's run as root; the default user in strict
@@ -64,6 +70,16 @@ func (c *codeExec) kernelsUser() string {
 
 func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeExec, error) {
 	c := &codeExec{log: log}
+	// Kernels and commands share where packages are installed from code:
+	// commands get the environment on top of envd's PATH, kernels on top of
+	// the Jupyter server's (jupyter.Supervisor's clean environment), and
+	// the python3 kernel runs the virtual environment's python.
+	pkgs, err := defaults.FindPackages()
+	if err != nil {
+		return nil, fmt.Errorf("package locations: %w", err)
+	}
+	defs.SetBaseEnv(pkgs.Env(os.Getenv("PATH")))
+	log.Info("package locations", "python_venv", pkgs.PythonVenv, "r_library", pkgs.RLibrary)
 	if cfg.NoJupyter {
 		c.adapters(log, defs)
 		return c, nil
@@ -76,7 +92,12 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeEx
 	// The startup files stay envd's; only the IPython profile is the
 	// kernels' user's (IPython ignores a profile it cannot write to, and
 	// with it our startup files). See startup.Options.Owner.
-	var stOpts startup.Options
+	if cfg.StrictUsers && runAs == nil {
+		// Root kernels in strict mode (-jupyter-as-root): not from the
+		// shared environment, which the sandbox user can write.
+		pkgs = defaults.Packages{}
+	}
+	stOpts := startup.Options{PythonVenv: pkgs.PythonVenv}
 	if runAs != nil {
 		stOpts.Owner = &startup.Owner{UID: runAs.UID, GID: runAs.GID}
 	}
@@ -88,7 +109,12 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeEx
 	layout := st.Layout
 	// JUPYTER_PATH from envd's environment is kept, after our directory:
 	// more kernelspecs (a template's, a test's) without writing system dirs.
-	sopts := jupyter.Options{Env: layout.Environ([]string{"JUPYTER_PATH=" + os.Getenv("JUPYTER_PATH")}), Logger: log, URL: cfg.JupyterURL, Token: cfg.JupyterToken}
+	env := layout.Environ([]string{"JUPYTER_PATH=" + os.Getenv("JUPYTER_PATH")})
+	pkgEnv := pkgs.Env(jupyterPath)
+	for _, k := range slices.Sorted(maps.Keys(pkgEnv)) {
+		env = append(env, k+"="+pkgEnv[k])
+	}
+	sopts := jupyter.Options{Env: env, Logger: log, URL: cfg.JupyterURL, Token: cfg.JupyterToken}
 	if runAs != nil {
 		sopts.RunAs = &jupyter.User{UID: runAs.UID, GID: runAs.GID, Groups: runAs.Groups, Home: runAs.Home, Name: runAs.Name}
 	}
@@ -105,7 +131,7 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeEx
 			}
 			return ""
 		},
-		GlobalEnv: defs.Env,
+		GlobalEnv: defs.InitEnv, // not the base: kernels have their own PATH
 		Logger:    log,
 	})
 	c.adapters(log, defs)
@@ -177,4 +203,22 @@ func (c *codeExec) cleanup() {
 			c.log.Warn("remove kernel startup files", "error", err)
 		}
 	}
+}
+
+// debianRLibsSite is R's site libraries on Debian without
+// /usr/local/lib/R/site-library, which install-deps.sh gives the sandbox
+// user for install.packages.
+const debianRLibsSite = "/usr/lib/R/site-library:/usr/lib/R/library"
+
+// strictRootEnv is what a process run as root gets in strict mode: /init's
+// variables, without the shared package environment (the Python virtual
+// environment and R library the sandbox user may write), so that nothing
+// the user planted there runs as root. R's own default would still put
+// that library first: R_LIBS_SITE leaves it out.
+func strictRootEnv(defs *defaults.Defaults) map[string]string {
+	env := defs.InitEnv()
+	if _, set := env["R_LIBS_SITE"]; !set {
+		env["R_LIBS_SITE"] = debianRLibsSite
+	}
+	return env
 }

@@ -157,6 +157,9 @@ func newParts(cfg Config, user string) (*parts, error) {
 	p.token.Set(cfg.AccessToken)
 
 	popts := process.Options{Logger: log.With("component", "process"), Env: defs.Env, StrictUsers: cfg.StrictUsers}
+	if cfg.StrictUsers {
+		popts.RootEnv = func() map[string]string { return strictRootEnv(defs) }
+	}
 	p.procs = process.NewManager(popts)
 	opts := server.HandlerOptions(log, defs)
 	procPath, procHandler := process.NewService(p.procs, defs).Handler(opts...)

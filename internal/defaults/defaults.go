@@ -17,6 +17,7 @@ type Defaults struct {
 	user    string            // guarded by mu
 	workdir string            // guarded by mu
 	env     map[string]string // guarded by mu; set by /init
+	base    map[string]string // guarded by mu; under env (SetBaseEnv)
 	fixed   map[string]string // set once by New; /init cannot override these
 }
 
@@ -46,14 +47,36 @@ func (d *Defaults) Workdir() string {
 }
 
 // Env is every variable a process gets on top of its user's login
-// environment.
+// environment: the base (SetBaseEnv), then what /init set, then the fixed
+// variables; a later value for a name wins.
 func (d *Defaults) Env() map[string]string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make(map[string]string, len(d.base)+len(d.env)+len(d.fixed))
+	maps.Copy(out, d.base)
+	maps.Copy(out, d.env)
+	maps.Copy(out, d.fixed)
+	return out
+}
+
+// InitEnv is Env without the base: what /init set and the fixed variables.
+// Kernels get these; they have an environment of their own for the rest.
+func (d *Defaults) InitEnv() map[string]string {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	out := make(map[string]string, len(d.env)+len(d.fixed))
 	maps.Copy(out, d.env)
 	maps.Copy(out, d.fixed)
 	return out
+}
+
+// SetBaseEnv replaces the variables under /init's: envd's own choices for
+// every process (PATH with the packages' environment first, see
+// Packages.Env), which /init may still override.
+func (d *Defaults) SetBaseEnv(env map[string]string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.base = maps.Clone(env)
 }
 
 // SetEnv replaces the variables set by an earlier call.

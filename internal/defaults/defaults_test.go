@@ -115,8 +115,9 @@ func TestConcurrent(t *testing.T) {
 					d.SetEnv(map[string]string{"K": s})
 					d.SetUser("u" + s)
 					d.SetWorkdir("/w" + s)
+					d.SetBaseEnv(map[string]string{"F": "base", "B": s})
 				case 1:
-					if d.Env()["F"] != "1" {
+					if d.Env()["F"] != "1" || d.InitEnv()["F"] != "1" {
 						lost.Add(1)
 					}
 				case 2:

@@ -42,6 +42,10 @@ type Options struct {
 	// lifetime timeouts and the grace a killed process's group gets to be
 	// gone. Zero: the real clock.
 	Clock quartz.Clock
+	// RootEnv, if set, replaces Env for processes that run as root. In
+	// strict mode the daemon leaves out what the sandbox user can write
+	// (the shared package environment): root must not run code from it.
+	RootEnv func() map[string]string
 	// StrictUsers makes each process its starter's: a requesting user other
 	// than root finds (Get, Find, ListAs) only the processes started as
 	// itself, and the others look exactly like processes that do not exist.
@@ -342,7 +346,11 @@ func (m *Manager) startPumps(p *Process, exitc <-chan reaper.Exit, o StartOption
 // daemon's variables, then the request's; a later value for a name wins.
 func (m *Manager) env(o StartOptions) []string {
 	env := o.User.LoginEnv()
-	for _, vars := range []map[string]string{m.opts.Env(), o.Config.Envs} {
+	base := m.opts.Env
+	if o.User.UID == 0 && m.opts.RootEnv != nil {
+		base = m.opts.RootEnv
+	}
+	for _, vars := range []map[string]string{base(), o.Config.Envs} {
 		for _, k := range slices.Sorted(maps.Keys(vars)) {
 			env = append(env, k+"="+vars[k])
 		}

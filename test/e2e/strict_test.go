@@ -168,6 +168,26 @@ func TestStrictUsers(t *testing.T) {
 		}
 	})
 
+	t.Run("root runs nothing from what the user can write", func(t *testing.T) {
+		// The shared package environment (install-deps.sh gives the
+		// sandbox user /opt/envd-python and R's /usr/local site library)
+		// is for the others: a root process neither has the virtual
+		// environment first on its PATH nor loads R packages from there.
+		show := &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", `echo "venv=$VIRTUAL_ENV path=$PATH rsite=$R_LIBS_SITE"`}}}
+		out, _, err := run(ctx, root.proc, show)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, "venv=/") || strings.Contains(out, "envd-python") || !strings.Contains(out, "rsite=/usr/lib/R/site-library:/usr/lib/R/library") {
+			t.Errorf("root's environment: %q", out)
+		}
+		if _, err := os.Stat("/opt/envd-python/bin/python"); err == nil {
+			if out, _, err := run(ctx, usr.proc, show); err != nil || !strings.Contains(out, "venv=/opt/envd-python ") {
+				t.Errorf("user's environment: %q, %v; want the shared virtual environment", out, err)
+			}
+		}
+	})
+
 	t.Run("user writes only where a shell as user can", func(t *testing.T) {
 		for _, p := range []string{"/root/envd-strict-test", "/envd-strict-test/x", "/etc/envd-strict-test"} {
 			status, body := upload(t, ctx, usr, p, "hello")

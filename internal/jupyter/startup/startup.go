@@ -161,6 +161,9 @@ type Options struct {
 	// the tree stays envd's, read-only for everyone else. nil: envd's
 	// account.
 	Owner *Owner
+	// PythonVenv, if set, is a virtual environment whose python runs the
+	// python3 kernel (see PythonKernelName); "": Debian's.
+	PythonVenv string
 }
 
 // Owner is the account that owns an install.
@@ -244,6 +247,9 @@ func InstallWith(dir string, opts Options) (Layout, error) {
 		l.JavaKernelSpec = filepath.Join(abs, "kernels", JavaKernelName, "kernel.json")
 		l.Java = java
 	}
+	if err := addPythonKernel(want, opts); err != nil {
+		return Layout{}, err
+	}
 
 	root, err := openInstallRoot(abs)
 	if err != nil {
@@ -299,6 +305,7 @@ func openInstallRoot(dir string) (*os.Root, error) {
 // ownedDirs are the directories whose every file comes from Install; files
 // there that Install did not write are leftovers of an older version.
 var ownedDirs = []string{
+	"kernels/" + PythonKernelName,
 	"python/envd_kernel",
 	"python/envd_bash_kernel",
 	"python/envd_java_kernel",
