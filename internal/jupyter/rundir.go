@@ -4,11 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/internal/staledir"
 )
 
 // The runtime directory, and who may change what in it:
@@ -59,10 +58,11 @@ func (s *Supervisor) prepareDir() error {
 	dir := s.opts.RuntimeDir
 	if dir == "" {
 		reclaimStale(s.log)
-		d, err := os.MkdirTemp("", tempPrefix+strconv.Itoa(os.Getpid())+"-")
+		d, lock, err := staledir.Create(tempPrefix)
 		if err != nil {
 			return fmt.Errorf("jupyter: create runtime dir: %w", err)
 		}
+		lock.Close() // locked again below, on the descriptor kept until Stop
 		dir, s.ownsDir = d, true
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("jupyter: create runtime dir: %w", err)
@@ -138,31 +138,11 @@ func (s *Supervisor) removeDir() error {
 	return nil
 }
 
-// openDir opens the directory name (relative to dirfd) without following
-// a link in its last component.
-func openDir(dirfd int, name string) (*os.File, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: name, Err: err}
-	}
-	return os.NewFile(uintptr(fd), name), nil
-}
-
-// checkPrivate fails unless f belongs to envd's account and no one else
-// can write it.
-func checkPrivate(f *os.File) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return err
-	}
-	if int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("owned by uid %d, not by envd's uid %d", st.Uid, os.Geteuid())
-	}
-	if st.Mode&0o022 != 0 {
-		return fmt.Errorf("writable by others (mode %#o)", st.Mode&0o7777)
-	}
-	return nil
-}
+// openDir and checkPrivate: see staledir.
+var (
+	openDir      = staledir.Open
+	checkPrivate = staledir.CheckPrivate
+)
 
 // makeDirAt replaces whatever parent holds under name with a new empty
 // directory of the given mode, owned by uid:gid (-1: envd's), and opens it.
@@ -267,53 +247,19 @@ func removeAt(dirfd int, name string) error {
 }
 
 // reclaimStale removes the runtime directories that envd processes killed
-// before their Stop (SIGKILL, a crash) left in the temp dir. One is stale
-// when its creator's pid (in its name) is not running and its lock is free;
-// only directories of envd's account that no one else can write are
-// considered, so a user's look-alike is left alone.
+// before their Stop (SIGKILL, a crash) left behind (see staledir): emptied
+// through the locked descriptor, then removed by name.
 func reclaimStale(log interface {
 	Info(msg string, args ...any)
 }) {
-	tmpDir := os.TempDir()
-	tmp, err := os.Open(tmpDir)
-	if err != nil {
-		return
-	}
-	defer tmp.Close()
-	names, _ := tmp.Readdirnames(-1)
-	for _, name := range names {
-		rest, ok := strings.CutPrefix(name, tempPrefix)
-		if !ok {
-			continue
-		}
-		pidStr, _, ok := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
-		if !ok || err != nil || pid <= 0 || pid == os.Getpid() {
-			continue
-		}
-		if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
-			continue // alive (or not ours to signal: alive)
-		}
-		d, err := openDir(int(tmp.Fd()), name)
-		if err != nil {
-			continue
-		}
-		if checkPrivate(d) != nil || unix.Flock(int(d.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-			_ = d.Close()
-			continue
-		}
-		// Emptied through the locked descriptor, then removed by name: it
-		// is ours, in the sticky temp dir, so no one else can rename it.
-		var rmErr error
+	staledir.Reclaim(tempPrefix, func(tmpfd int, name string, d *os.File) error {
 		for _, sub := range []string{"config", "runtime"} {
-			if rmErr == nil {
-				rmErr = removeAt(int(d.Fd()), sub)
+			if err := removeAt(int(d.Fd()), sub); err != nil {
+				return err
 			}
 		}
-		_ = d.Close()
-		if rmErr == nil {
-			rmErr = unix.Unlinkat(int(tmp.Fd()), name, unix.AT_REMOVEDIR)
-		}
-		log.Info("removed a stale jupyter runtime dir", "dir", filepath.Join(tmpDir, name), "error", rmErr)
-	}
+		return unix.Unlinkat(tmpfd, name, unix.AT_REMOVEDIR)
+	}, func(dir string, err error) {
+		log.Info("removed a stale jupyter runtime dir", "dir", dir, "error", err)
+	})
 }

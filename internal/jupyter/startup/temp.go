@@ -1,16 +1,12 @@
 package startup
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 
-	"golang.org/x/sys/unix"
+	"github.com/envd-dev/envd/internal/staledir"
 )
 
 // tempPrefix starts the name of a temporary install: tempPrefix + pid +
@@ -31,22 +27,13 @@ type Temp struct {
 // considered, so a user's look-alike is left alone.
 func InstallTemp(opts Options) (*Temp, error) {
 	reclaimStale()
-	dir, err := os.MkdirTemp("", tempPrefix+strconv.Itoa(os.Getpid())+"-")
+	dir, lock, err := staledir.Create(tempPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("startup: create install dir: %w", err)
 	}
-	t := &Temp{}
-	t.lock, err = os.Open(dir)
-	if err == nil {
-		err = unix.Flock(int(t.lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-	}
-	if err == nil {
-		t.Layout, err = InstallWith(dir, opts)
-	}
-	if err != nil {
-		if t.lock != nil {
-			t.lock.Close()
-		}
+	t := &Temp{lock: lock}
+	if t.Layout, err = InstallWith(dir, opts); err != nil {
+		lock.Close()
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("startup: temporary install: %w", err)
 	}
@@ -67,40 +54,12 @@ func (t *Temp) Remove() error {
 	return nil
 }
 
+// reclaimStale removes the installs of envd processes that died without
+// removing theirs (see staledir), as Remove does.
 func reclaimStale() {
-	tmpDir := os.TempDir()
-	tmp, err := os.Open(tmpDir)
-	if err != nil {
-		return
-	}
-	defer tmp.Close()
-	names, _ := tmp.Readdirnames(-1)
-	for _, name := range names {
-		rest, ok := strings.CutPrefix(name, tempPrefix)
-		if !ok {
-			continue
-		}
-		pidStr, _, ok := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
-		if !ok || err != nil || pid <= 0 || pid == os.Getpid() {
-			continue
-		}
-		if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
-			continue // alive
-		}
-		fd, err := unix.Openat(int(tmp.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			continue
-		}
-		d := os.NewFile(uintptr(fd), name)
-		var st syscall.Stat_t
-		if syscall.Fstat(fd, &st) != nil || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 ||
-			unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
-			d.Close()
-			continue
-		}
-		err = os.RemoveAll(filepath.Join(tmpDir, name)) // see Remove
-		d.Close()
-		slog.Info("removed a stale kernel startup dir", "dir", filepath.Join(tmpDir, name), "error", err)
-	}
+	staledir.Reclaim(tempPrefix, func(_ int, name string, _ *os.File) error {
+		return os.RemoveAll(filepath.Join(os.TempDir(), name)) // see Remove
+	}, func(dir string, err error) {
+		slog.Info("removed a stale kernel startup dir", "dir", dir, "error", err)
+	})
 }
