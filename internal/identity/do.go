@@ -35,27 +35,16 @@ func (u *User) Do(fn func() error) error {
 	if !mustSwitch(u) {
 		return fn()
 	}
-	type result struct {
-		err   error
-		panic any
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
+	return onLockedThread(func() (result, bool) {
 		orig, err := threadCreds()
 		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: err}
-			return
+			return result{err: err}, true
 		}
 		var res result
 		if err := setThreadCreds(creds{uid: u.UID, gid: u.GID, groups: u.Groups}); err != nil {
 			res.err = fmt.Errorf("act as user '%s': %w", u.Name, err)
 		} else {
-			res = func() (r result) {
-				defer func() { r.panic = recover() }()
-				return result{err: fn()}
-			}()
+			res = catch(fn)
 		}
 		if err := setThreadCreds(orig); err != nil {
 			// The thread keeps u's credentials: leave it locked so the
@@ -63,10 +52,37 @@ func (u *User) Do(fn func() error) error {
 			if res.panic == nil && res.err == nil {
 				res.err = fmt.Errorf("restore envd's credentials after acting as user '%s': %w", u.Name, err)
 			}
-			done <- res
-			return
+			return res, false
 		}
-		runtime.UnlockOSThread()
+		return res, true
+	})
+}
+
+// result is what fn did on its locked thread: its error, or its panic.
+type result struct {
+	err   error
+	panic any
+}
+
+// catch runs fn, turning a panic into a result.
+func catch(fn func() error) (r result) {
+	defer func() { r.panic = recover() }()
+	return result{err: fn()}
+}
+
+// onLockedThread runs body on a fresh goroutine locked to its OS thread,
+// and gives the thread back to Go only if body says it may (its
+// credentials are envd's again); else Go ends the thread with the
+// goroutine. A panic body caught is re-raised here, on the caller's
+// goroutine.
+func onLockedThread(body func() (res result, unlock bool)) error {
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		res, unlock := body()
+		if unlock {
+			runtime.UnlockOSThread()
+		}
 		done <- res
 	}()
 	res := <-done

@@ -38,28 +38,13 @@ func (u *User) DoStrict(fn func() error) error {
 	if !mustSwitch(u) {
 		return fn()
 	}
-	type result struct {
-		err   error
-		panic any
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
+	return onLockedThread(func() (result, bool) {
 		// Never unlocked: this thread cannot become root again.
 		if err := dropToUser(u); err != nil {
-			done <- result{err: fmt.Errorf("act as user '%s': %w", u.Name, err)}
-			return
+			return result{err: fmt.Errorf("act as user '%s': %w", u.Name, err)}, false
 		}
-		done <- func() (r result) {
-			defer func() { r.panic = recover() }()
-			return result{err: fn()}
-		}()
-	}()
-	res := <-done
-	if res.panic != nil {
-		panic(res.panic)
-	}
-	return res.err
+		return catch(fn), false
+	})
 }
 
 // dropToUser switches the calling thread, and only it, to u for good.
