@@ -28,6 +28,8 @@ run: deps build ## install what is missing, then run envd with Jupyter on localh
 	$(BIN)/envd -host $(HOST) $(ENVD_FLAGS)
 
 .PHONY: test
+# The tests import the whole data stack the image ships (test/compat/datastack.test.mjs).
+test: export ENVD_INSTALL_FULL := 1
 test: deps checkgenerate lint test-go test-compat ## every test: generated code, lint, Go with -race, the SDK compatibility suite
 
 .PHONY: test-go

@@ -280,8 +280,8 @@ func TestSignalAndTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Wait()
-		if err := p.Signal(ctx, syscall.SIGUSR1); !errors.Is(err, client.ErrInvalidArgument) {
-			t.Errorf("SIGUSR1: %v, want invalid argument", err)
+		if err := p.Signal(ctx, syscall.SIGSEGV); !errors.Is(err, client.ErrInvalidArgument) {
+			t.Errorf("SIGSEGV: %v, want invalid argument", err)
 		}
 	})
 	t.Run("timeout", func(t *testing.T) {

@@ -22,7 +22,7 @@
 #   - npm dependencies of test/compat (`npm ci`), unless ENVD_SKIP_COMPAT=1.
 #
 # Environment knobs:
-#   ENVD_INSTALL_FULL=1   also install the big data stack (the Dockerfile sets it)
+#   ENVD_INSTALL_FULL=1   also install the big data stack (the Dockerfile and `make test` set it)
 #   ENVD_SKIP_COMPAT=1    skip `npm ci` in test/compat (e.g. in a runtime image)
 #   ENVD_SKIP_GO=1        do not install Go (a runtime image gets a built envd)
 #   ENVD_KERNELS_DIR      where npm-installed kernels go (default /opt/envd-kernels)
@@ -62,6 +62,9 @@ APT_PKGS_FULL=(
 	python3-sympy python3-statsmodels python3-lxml python3-xlsxwriter
 	python3-tabulate python3-networkx python3-docx python3-pypdf
 	python3-reportlab python3-tqdm python3-yaml
+	python3-nltk python3-opencv python3-skimage python3-xarray python3-aiohttp
+	python3-gensim python3-soundfile python3-imageio python3-joblib
+	python3-pytest python3-tz
 	r-recommended r-cran-ggplot2 r-cran-dplyr r-cran-tidyr r-cran-readr
 	r-cran-data.table
 )
