@@ -69,12 +69,17 @@ describe(`the sandbox's package environment (${MODE} mode)`, () => {
     assert.match(pandas.stdout.trim(), new RegExp(`^${VENV} /usr/lib/python3/dist-packages/pandas/`))
   })
 
-  it('every command gets VIRTUAL_ENV, root included', T, async () => {
+  it(STRICT ? 'commands get VIRTUAL_ENV, root does not (strict: root never runs what the user can write)' : 'every command gets VIRTUAL_ENV, root included', T, async () => {
     // (A root login shell runs root's own dotfiles after envd's PATH: on
     // CI machines they put pyenv first, so root's checks name the venv.)
-    for (const opts of [{}, { user: 'root' }]) {
-      assert.equal((await run(sbx, 'echo "$VIRTUAL_ENV"', opts)).stdout.trim(), VENV)
-      assert.equal((await run(sbx, '"$VIRTUAL_ENV/bin/python" --version', opts)).stdout.trim(), debianVersion)
+    assert.equal((await run(sbx, 'echo "$VIRTUAL_ENV"')).stdout.trim(), VENV)
+    assert.equal((await run(sbx, '"$VIRTUAL_ENV/bin/python" --version')).stdout.trim(), debianVersion)
+    const root = (await run(sbx, 'echo "venv=$VIRTUAL_ENV rsite=$R_LIBS_SITE"', { user: 'root' })).stdout.trim()
+    if (STRICT) {
+      assert.equal(root, 'venv= rsite=/usr/lib/R/site-library:/usr/lib/R/library')
+    } else {
+      assert.match(root, new RegExp(`^venv=${VENV} `))
+      assert.equal((await run(sbx, `"${VENV}/bin/python" --version`, { user: 'root' })).stdout.trim(), debianVersion)
     }
   })
 
@@ -138,8 +143,8 @@ describe(`installing packages from code (${MODE} mode)`, () => {
       if (sbx) {
         // Uninstall what the tests installed (as root: it may be anyone's).
         const names = [KERNEL_BANG, KERNEL_SUB, COMMAND].map((w) => w.dist).join(' ')
-        await run(sbx, `"$VIRTUAL_ENV/bin/pip" uninstall -y ${names}`, { user: 'root' })
-        const left = (await run(sbx, '"$VIRTUAL_ENV/bin/pip" list --format=freeze', { user: 'root' })).stdout
+        await run(sbx, `"${venv}/bin/pip" uninstall -y ${names}`, { user: 'root' })
+        const left = (await run(sbx, `"${venv}/bin/pip" list --format=freeze`, { user: 'root' })).stdout
         assert.doesNotMatch(left, /envd-compat/i, 'pip uninstall left packages')
         await run(sbx, `Rscript -e 'if (dir.exists(file.path("${rlib}", "${R_PKG}"))) remove.packages("${R_PKG}", lib = "${rlib}")'`, { user: 'root' })
         assert.equal(fs.existsSync(path.join(rlib, R_PKG)), false, 'remove.packages left the R package')
@@ -225,7 +230,8 @@ for name in sys.argv[2:]:
     assert.match(res.stdout, /Successfully installed envd-compat-cmd-1\.0\.0/)
     const imported = await run(sbx, `python -c "import ${COMMAND.name}, ${KERNEL_BANG.name}, ${KERNEL_SUB.name}; print(${COMMAND.name}.hello('command'))"`)
     assert.equal(imported.stdout, 'envd_compat_cmd says hello to command\n')
-    for (const [cmd, opts] of [['pip list --format=freeze', {}], ['"$VIRTUAL_ENV/bin/pip" list --format=freeze', { user: 'root' }]]) {
+    // Root names the environment: in strict mode it does not get it.
+    for (const [cmd, opts] of [['pip list --format=freeze', {}], [`"${venv}/bin/pip" list --format=freeze`, { user: 'root' }]]) {
       const list = (await run(sbx, cmd, opts)).stdout
       for (const w of [KERNEL_BANG, KERNEL_SUB, COMMAND]) assert.match(list, new RegExp(`^${w.dist}==1\\.0\\.0$`, 'm'), `pip list as ${opts.user ?? 'user'}:\n${list}`)
     }
