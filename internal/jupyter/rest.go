@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -40,6 +41,11 @@ type Client struct {
 	// alive. nil func: never stale (a client made with NewClient).
 	stale func() error
 	conns kernelConns // open kernel connections (kernel.go)
+	// starting is held shared by kernel starts and exclusively by listing:
+	// jupyter_server 1.x puts a new kernel in its map before giving it a
+	// last_activity, and GET /api/kernels answers 500 (AttributeError) for
+	// the whole time a kernel takes to become ready.
+	starting sync.RWMutex
 }
 
 // NewClient returns a client for the server at baseURL (e.g.
@@ -143,6 +149,8 @@ func (c *Client) StartKernel(ctx context.Context, name, dir string) (*KernelMode
 	// Cleaning removes any "..": Jupyter does not sanitise them itself. The
 	// API path is relative to root_dir, hence no leading slash.
 	body := map[string]string{"name": name, "path": strings.TrimPrefix(filepath.Clean(dir), "/")}
+	c.starting.RLock()
+	defer c.starting.RUnlock()
 	var m KernelModel
 	if err := c.do(ctx, "start kernel", http.MethodPost, "/api/kernels", body, http.StatusCreated, &m); err != nil {
 		return nil, err
@@ -150,8 +158,11 @@ func (c *Client) StartKernel(ctx context.Context, name, dir string) (*KernelMode
 	return &m, nil
 }
 
-// Kernels lists the running kernels.
+// Kernels lists the running kernels. It waits for kernels this client is
+// starting to be ready (see Client.starting).
 func (c *Client) Kernels(ctx context.Context) ([]KernelModel, error) {
+	c.starting.Lock()
+	defer c.starting.Unlock()
 	var ms []KernelModel
 	if err := c.do(ctx, "list kernels", http.MethodGet, "/api/kernels", nil, http.StatusOK, &ms); err != nil {
 		return nil, err

@@ -55,8 +55,31 @@ func TestRESTErrors(t *testing.T) {
 
 func TestListKernels(t *testing.T) {
 	t.Parallel()
+	// Listing while a kernel starts: jupyter_server 1.x answers 500 for a
+	// kernel that is in its map but not yet ready, unless the client waits.
+	ctx := testutil.Context(t, execTimeout)
+	started := make(chan struct{})
+	listErr := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := shared.client.Kernels(ctx); err != nil {
+				listErr <- err
+				return
+			}
+			select {
+			case <-started:
+				listErr <- nil
+				return
+			default:
+			}
+		}
+	}()
 	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{})
-	ms, err := shared.client.Kernels(testutil.Context(t, execTimeout))
+	close(started)
+	if err := <-listErr; err != nil {
+		t.Fatalf("list while a kernel starts: %v", err)
+	}
+	ms, err := shared.client.Kernels(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
