@@ -140,6 +140,41 @@ type ExecOptions struct {
 	OnStderr func(Output)
 	OnResult func(Result)
 	OnError  func(CodeError)
+	// OnNotice is called for what happened to the context since its last
+	// execution (its state was lost, packages it imported changed); it
+	// comes before the code's own output.
+	OnNotice func(Notice)
+}
+
+// NoticeKind says what a Notice is about. Its values are the wire's
+// (envd.interpreter.v1.NoticeKind).
+type NoticeKind int
+
+const (
+	NoticeUnknown         NoticeKind = iota
+	NoticeKernelRestarted            // the kernel died between executions and was restarted: state lost
+	NoticeKernelReplaced             // the context got a new kernel (Jupyter restarted): state lost
+	NoticePackagesChanged            // packages the kernel had imported changed; restart the context to use them
+)
+
+func (k NoticeKind) String() string {
+	switch k {
+	case NoticeKernelRestarted:
+		return "kernel restarted"
+	case NoticeKernelReplaced:
+		return "kernel replaced"
+	case NoticePackagesChanged:
+		return "packages changed"
+	}
+	return "unknown"
+}
+
+// Notice is something that happened to a context between executions,
+// told to the next one.
+type Notice struct {
+	Kind NoticeKind
+	Text string // a sentence for a person
+	Time time.Time
 }
 
 // Output is text the code wrote to stdout or stderr.
@@ -209,6 +244,7 @@ type ExecEvent struct {
 	Stderr *Output
 	Result *Result
 	Error  *CodeError
+	Notice *Notice
 }
 
 // ExecResult is the outcome of an execution, as Wait returns it.
@@ -219,6 +255,7 @@ type ExecResult struct {
 	Count          int64
 	Stdout, Stderr string
 	Results        []Result
+	Notices        []Notice   // what happened to the context before this execution
 	Error          *CodeError // the exception, when Reason is EndError
 	Reason         EndReason
 	// Message says more when Reason is neither EndOK nor EndError.
@@ -423,6 +460,8 @@ func (r *Execution) next() (ExecEvent, bool) {
 			out.Result = &res
 		case *ipb.ExecutionEvent_Error:
 			out.Error = &CodeError{Name: e.Error.GetName(), Value: e.Error.GetValue(), Traceback: e.Error.GetTraceback()}
+		case *ipb.ExecutionEvent_Notice:
+			out.Notice = &Notice{Kind: NoticeKind(e.Notice.GetKind()), Text: e.Notice.GetText(), Time: e.Notice.GetAt().AsTime()}
 		case *ipb.ExecutionEvent_End:
 			r.res.Reason = EndReason(e.End.GetReason())
 			r.res.Message = e.End.GetMessage()
@@ -514,6 +553,11 @@ func (r *Execution) record(ev ExecEvent) {
 		r.res.Error = ev.Error
 		if r.opts.OnError != nil {
 			r.opts.OnError(*ev.Error)
+		}
+	case ev.Notice != nil:
+		r.res.Notices = append(r.res.Notices, *ev.Notice)
+		if r.opts.OnNotice != nil {
+			r.opts.OnNotice(*ev.Notice)
 		}
 	}
 }

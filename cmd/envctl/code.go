@@ -126,6 +126,7 @@ func (x *executor) exec(ctx context.Context, code string) (*client.ExecResult, e
 	opts := x.opts
 	opts.OnStdout = func(o client.Output) { io.WriteString(x.e.stdout, o.Text) }
 	opts.OnStderr = func(o client.Output) { io.WriteString(x.e.stderr, o.Text) }
+	opts.OnNotice = func(n client.Notice) { fmt.Fprintf(x.e.stderr, "envctl: note: %s\n", n.Text) }
 	opts.OnResult = func(r client.Result) {
 		if r.Text != "" {
 			fmt.Fprintln(x.e.stdout, r.Text)

@@ -45,7 +45,11 @@ type Context struct {
 	removing bool         // guarded by mu; a removal is deleting the kernel
 	restarts int          // REST restarts asked for; guarded by mu
 	current  *Execution   // the one holding the queue; guarded by mu
+	notices  []Notice     // for the next execution; guarded by mu
 }
+
+// maxNotices bounds a context's pending notices: the oldest go first.
+const maxNotices = 8
 
 // kernelState is one kernel of a context and what was set up in it.
 type kernelState struct {
@@ -56,6 +60,13 @@ type kernelState struct {
 	// Only touched by the holder of the context's queue.
 	setupRestarts int               // kernel.Status().Restarts when set up; -1: never
 	globalEnv     map[string]string // sandbox-wide vars set in this incarnation
+	// userRestarts is the context's restartCount when last set up: a
+	// restart since then that the user asked for needs no notice.
+	userRestarts int
+	// lossReported: an execution was told that this kernel lost its state
+	// (it died under the code, was restarted as a last resort, or its
+	// server went away), so the next one needs no notice.
+	lossReported bool
 }
 
 // usable reports whether the kernel can still run code; when false the
@@ -117,7 +128,7 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 		del()
 		return nil, fmt.Errorf("connect to %s kernel: %w", c.kernelName, err)
 	}
-	ks := &kernelState{client: client, kernel: k, id: m.ID, setupRestarts: -1}
+	ks := &kernelState{client: client, kernel: k, id: m.ID, setupRestarts: -1, userRestarts: c.restartCount()}
 	cr.enter(phaseSetup)
 	if err := c.setup(ctx, ks); err != nil {
 		_ = k.Close()
@@ -167,6 +178,17 @@ func (c *Context) setup(ctx context.Context, ks *kernelState) error {
 	for attempt := 0; ; attempt++ {
 		restarts := ks.kernel.Status().Restarts
 		fresh := restarts != ks.setupRestarts
+		if fresh && ks.setupRestarts >= 0 {
+			// The kernel restarted since it was set up: say so unless the
+			// user asked for it or an execution was told.
+			if user := c.restartCount(); user == ks.userRestarts && !ks.lossReported {
+				c.notice(NoticeKernelRestarted, "this context's "+c.Language+" kernel died since the last execution "+
+					"(for example killed for using too much memory) and was restarted: its variables, imports and "+
+					"definitions from before are gone")
+			}
+			ks.lossReported = false
+		}
+		ks.userRestarts = c.restartCount()
 		env := c.eng.globalEnv()
 		var lines []string
 		chdir := ""
@@ -271,7 +293,16 @@ func (e *KernelError) Error() string {
 
 // silent runs internal code silently and reports whether it raised.
 func (c *Context) silent(ctx context.Context, ks *kernelState, code string) error {
-	x, err := ks.kernel.Execute(ctx, code, jupyter.ExecuteOptions{Silent: true})
+	return c.silentOutput(ctx, ks, code, jupyter.ExecuteOptions{Silent: true}, nil)
+}
+
+// maxSilentOutput bounds what silentOutput collects.
+const maxSilentOutput = 64 << 10
+
+// silentOutput is silent with opts, collecting what the code prints on
+// stdout into out (if non-nil, at most maxSilentOutput bytes).
+func (c *Context) silentOutput(ctx context.Context, ks *kernelState, code string, opts jupyter.ExecuteOptions, out *strings.Builder) error {
+	x, err := ks.kernel.Execute(ctx, code, opts)
 	if err != nil {
 		return err
 	}
@@ -283,6 +314,12 @@ func (c *Context) silent(ctx context.Context, ks *kernelState, code string) erro
 		}
 		if err != nil {
 			return err
+		}
+		if m.Type() == "stream" && out != nil {
+			var s jupyter.StreamContent
+			if m.DecodeContent(&s) == nil && s.Name == "stdout" && out.Len()+len(s.Text) <= maxSilentOutput {
+				out.WriteString(s.Text)
+			}
 		}
 		switch m.Type() {
 		case "error":
@@ -351,6 +388,14 @@ func (c *Context) kernel(ctx context.Context) (*kernelState, error) {
 	c.mu.Unlock()
 	if old != nil {
 		_ = old.kernel.Close()
+		if !old.lossReported {
+			why := "its kernel died and could not be restarted"
+			if old.client.Err() != nil {
+				why = "the Jupyter server restarted"
+			}
+			c.notice(NoticeKernelReplaced, "this context got a new "+c.Language+" kernel since the last execution ("+
+				why+"): its variables, imports and definitions from before are gone")
+		}
 	}
 	c.eng.log.Info("context got a new kernel", "context_id", c.ID, "kernel_id", nks.id, "language", c.Language)
 	return nks, nil
@@ -372,6 +417,32 @@ func (c *Context) revive() {
 	if _, err := c.kernel(ctx); err != nil && c.eng.ctx.Err() == nil && !errors.Is(err, errRemoved) {
 		c.eng.log.Warn("cannot give the context a new kernel", "context_id", c.ID, "error", err)
 	}
+}
+
+// notice queues a notice for the next execution; one of the same kind
+// and text already pending is not repeated.
+func (c *Context) notice(kind NoticeKind, text string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.notices {
+		if n.Kind == kind && n.Text == text {
+			return
+		}
+	}
+	if len(c.notices) == maxNotices {
+		c.notices = append(c.notices[:0], c.notices[1:]...)
+	}
+	c.notices = append(c.notices, Notice{Kind: kind, Text: text, At: time.Now().UTC()})
+	c.eng.log.Info("notice for the context's next execution", "context_id", c.ID, "kind", kind, "text", text)
+}
+
+// takeNotices returns the pending notices and forgets them.
+func (c *Context) takeNotices() []Notice {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns := c.notices
+	c.notices = nil
+	return ns
 }
 
 // running reports whether the context has a usable kernel now.

@@ -37,6 +37,11 @@ const (
 	// stands in place of that EventExecutionCount. A queued execution has
 	// none until its turn comes.
 	EventStarted
+	// EventNotice: envd tells the code's author something that happened
+	// to the context before this execution (Notice): its kernel was
+	// replaced or restarted behind its back, packages it had imported
+	// changed. Comes before the code's own output.
+	EventNotice
 )
 
 func (k EventKind) String() string {
@@ -57,6 +62,8 @@ func (k EventKind) String() string {
 		return "lost"
 	case EventStarted:
 		return "started"
+	case EventNotice:
+		return "notice"
 	}
 	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -75,6 +82,46 @@ type Event struct {
 	End            *End        // EventEnd
 	Lost           int64       // EventLost: bytes of stored events dropped
 	Started        *Started    // EventStarted
+	Notice         *Notice     // EventNotice
+}
+
+// NoticeKind says what a Notice is about.
+type NoticeKind uint8
+
+// Notice kinds.
+const (
+	// NoticeKernelRestarted: the context's kernel restarted (it died and
+	// Jupyter restarted it) since its last execution, and no execution
+	// was told: its state is gone.
+	NoticeKernelRestarted NoticeKind = iota + 1
+	// NoticeKernelReplaced: the context got a new kernel (the Jupyter
+	// server restarted, or the old kernel could not be restarted): its
+	// state is gone.
+	NoticeKernelReplaced
+	// NoticePackagesChanged: packages the kernel had already imported
+	// were installed, upgraded or removed; it still runs the old code
+	// until the context is restarted.
+	NoticePackagesChanged
+)
+
+func (k NoticeKind) String() string {
+	switch k {
+	case NoticeKernelRestarted:
+		return "kernel_restarted"
+	case NoticeKernelReplaced:
+		return "kernel_replaced"
+	case NoticePackagesChanged:
+		return "packages_changed"
+	}
+	return "NoticeKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Notice is something that happened to a context between executions,
+// told to the next one.
+type Notice struct {
+	Kind NoticeKind `json:"kind"`
+	Text string     `json:"text"` // a sentence for a person
+	At   time.Time  `json:"at"`   // when it happened
 }
 
 // Started is the first event of an execution.
@@ -202,6 +249,8 @@ func encodeEvent(ev Event) []byte {
 		payload = mustJSON(ev.End)
 	case EventStarted:
 		payload = mustJSON(ev.Started)
+	case EventNotice:
+		payload = mustJSON(ev.Notice)
 	default:
 		panic(fmt.Sprintf("interpreter: cannot store %v", ev.Kind))
 	}
@@ -254,6 +303,11 @@ func decodeEvent(rec []byte) (ev Event, ok bool) {
 	case EventStarted:
 		ev.Started = new(Started)
 		if json.Unmarshal(payload, ev.Started) != nil {
+			return Event{}, false
+		}
+	case EventNotice:
+		ev.Notice = new(Notice)
+		if json.Unmarshal(payload, ev.Notice) != nil {
 			return Event{}, false
 		}
 	default:

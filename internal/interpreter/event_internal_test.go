@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -75,6 +76,7 @@ func TestEventRecords(t *testing.T) {
 		{Seq: 7, Kind: EventError, Error: &ErrorValue{Name: "E", Value: "v", Traceback: "tb"}},
 		{Seq: 8, Kind: EventEnd, End: &End{Reason: EndTimedOut, Message: "m"}},
 		{Seq: 0, Kind: EventStarted, Started: &Started{ExecutionID: "x", ContextID: "c", ExecutionCount: 2, Counted: true}},
+		{Seq: 1, Kind: EventNotice, Notice: &Notice{Kind: NoticePackagesChanged, Text: "t", At: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)}},
 	} {
 		rec := encodeEvent(ev)
 		got, ok := decodeEvent(rec)

@@ -284,6 +284,9 @@ func (x *Execution) run(ticket fifo.Ticket) {
 		return
 	}
 	r.ks = ks
+	for _, n := range x.c.takeNotices() {
+		x.write(Event{Kind: EventNotice, Notice: &n})
+	}
 	if x.setEnv != "" {
 		envRestarts = ks.kernel.Status().Restarts
 		restoreEnv = true
@@ -424,6 +427,7 @@ func (r *runner) attend() {
 			"The code did not stop within %s of being interrupted (%d interrupts sent), so its kernel was restarted "+
 				"as a last resort: the context's state (variables, imports) is lost. The context is usable again.",
 			x.eng.opts.InterruptGrace, r.interrupts)})
+		r.ks.lossReported = true
 		ctx, cancel := context.WithTimeout(x.eng.ctx, time.Minute)
 		err := r.ks.kernel.Restart(ctx)
 		cancel()
@@ -538,6 +542,7 @@ func (r *runner) kernelFailed(err error, restartsBefore int) {
 		// the context was removed under the code.
 		r.finish(EndContextRestarted, &ErrorValue{Name: errNameUnexpected, Value: "The context was removed while the code was running"})
 	case errors.Is(err, jupyter.ErrKernelRestarted):
+		r.ks.lossReported = true
 		if x.c.restartCount() != restartsBefore {
 			r.finish(EndContextRestarted, &ErrorValue{Name: errNameRestarting, Value: "Context was restarted"})
 			return
@@ -550,6 +555,7 @@ func (r *runner) kernelFailed(err error, restartsBefore int) {
 		r.finish(EndKernelDied, &ErrorValue{Name: errNameRestarting, Value: "The kernel died and could not be " +
 			"restarted; the next run in this context starts a new kernel with fresh state."})
 	case errors.Is(err, jupyter.ErrServerRestarted), errors.Is(err, jupyter.ErrConnectionLost) && r.serverDied():
+		r.ks.lossReported = true
 		r.finish(EndServerRestarted, &ErrorValue{Name: errNameRestarting, Value: "The Jupyter server stopped " +
 			"unexpectedly and is being restarted; every kernel's state is lost. The next run in this context " +
 			"starts a new kernel."})

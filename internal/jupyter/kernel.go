@@ -204,6 +204,10 @@ type ExecuteOptions struct {
 	// AllowStdin lets the kernel send input_request on the stdin channel;
 	// answer with InputReply. IRkernel sends them even when false.
 	AllowStdin bool
+	// NoHistory runs code that is not Silent without storing it in the
+	// history or bumping the execution count: internal code that must
+	// print (IRkernel discards every output of a silent request).
+	NoHistory bool
 }
 
 // Execute sends code to the kernel and returns at once; read the results
@@ -213,7 +217,7 @@ func (k *Kernel) Execute(ctx context.Context, code string, opts ExecuteOptions) 
 	msg, err := newMessage(ChannelShell, "execute_request", k.session, map[string]any{
 		"code":             code,
 		"silent":           opts.Silent,
-		"store_history":    !opts.Silent,
+		"store_history":    !opts.Silent && !opts.NoHistory,
 		"user_expressions": map[string]any{},
 		"allow_stdin":      opts.AllowStdin,
 		"stop_on_error":    opts.StopOnError,

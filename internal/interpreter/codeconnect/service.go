@@ -296,6 +296,10 @@ func toProto(x *interpreter.Execution, ev interpreter.Event) *pb.ExecutionEvent 
 		out.Event = &pb.ExecutionEvent_Result{Result: r}
 	case interpreter.EventError:
 		out.Event = &pb.ExecutionEvent_Error{Error: &pb.Error{Name: ev.Error.Name, Value: ev.Error.Value, Traceback: ev.Error.Traceback}}
+	case interpreter.EventNotice:
+		out.Event = &pb.ExecutionEvent_Notice{Notice: &pb.Notice{
+			Kind: noticeKind(ev.Notice.Kind), Text: ev.Notice.Text, At: timestamppb.New(ev.Notice.At),
+		}}
 	case interpreter.EventEnd:
 		out.Event = &pb.ExecutionEvent_End{End: &pb.End{Reason: endReason(ev.End.Reason), Message: ev.End.Message}}
 	}
@@ -308,6 +312,18 @@ func output(ev interpreter.Event) *pb.Output {
 		o.Timestamp = timestamppb.New(t)
 	}
 	return o
+}
+
+func noticeKind(k interpreter.NoticeKind) pb.NoticeKind {
+	switch k {
+	case interpreter.NoticeKernelRestarted:
+		return pb.NoticeKind_NOTICE_KIND_KERNEL_RESTARTED
+	case interpreter.NoticeKernelReplaced:
+		return pb.NoticeKind_NOTICE_KIND_KERNEL_REPLACED
+	case interpreter.NoticePackagesChanged:
+		return pb.NoticeKind_NOTICE_KIND_PACKAGES_CHANGED
+	}
+	return pb.NoticeKind_NOTICE_KIND_UNSPECIFIED
 }
 
 func endReason(r interpreter.EndReason) pb.EndReason {

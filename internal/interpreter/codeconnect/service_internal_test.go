@@ -3,10 +3,30 @@ package codeconnect
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	pb "github.com/envd-dev/envd/gen/envd/interpreter/v1"
 	"github.com/envd-dev/envd/internal/interpreter"
 )
+
+// Every notice kind has its wire kind.
+func TestNoticeKinds(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	x := &interpreter.Execution{ID: "e", ContextID: "c"}
+	for k, want := range map[interpreter.NoticeKind]pb.NoticeKind{
+		interpreter.NoticeKernelRestarted: pb.NoticeKind_NOTICE_KIND_KERNEL_RESTARTED,
+		interpreter.NoticeKernelReplaced:  pb.NoticeKind_NOTICE_KIND_KERNEL_REPLACED,
+		interpreter.NoticePackagesChanged: pb.NoticeKind_NOTICE_KIND_PACKAGES_CHANGED,
+		interpreter.NoticeKind(99):        pb.NoticeKind_NOTICE_KIND_UNSPECIFIED,
+	} {
+		out := toProto(x, interpreter.Event{Seq: 1, Kind: interpreter.EventNotice, Notice: &interpreter.Notice{Kind: k, Text: "t", At: at}})
+		n := out.GetNotice()
+		if n.GetKind() != want || n.GetText() != "t" || !n.GetAt().AsTime().Equal(at) || out.GetSeq() != 1 {
+			t.Errorf("%v: %v", k, out)
+		}
+	}
+}
 
 // Every engine end reason has its wire reason, and they are named alike.
 func TestEndReasons(t *testing.T) {

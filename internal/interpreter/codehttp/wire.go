@@ -68,6 +68,14 @@ func appendEvent(b []byte, ev interpreter.Event) []byte {
 		b = append(b, `, "traceback": `...)
 		b = appendString(b, ev.Error.Traceback)
 		b = append(b, '}')
+	case interpreter.EventNotice:
+		// E2B's stream has no such event: a line on stderr, which the SDKs
+		// show with the code's own (logs.stderr, onStderr).
+		b = append(b, `{"type": "stderr", "text": `...)
+		b = appendString(b, "[envd: "+ev.Notice.Text+"]\n")
+		b = append(b, `, "timestamp": `...)
+		b = appendString(b, interpreter.FormatTimestamp(ev.Notice.At.UTC().Format(time.RFC3339Nano)))
+		b = append(b, '}')
 	case interpreter.EventLost:
 		// Not an error: the code's own outcome is still to come.
 		b = append(b, `{"type": "stderr", "text": `...)

@@ -3,6 +3,7 @@ package codehttp
 import (
 	"encoding/json"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/envd-dev/envd/internal/interpreter"
@@ -57,6 +58,9 @@ func TestAppendStarted(t *testing.T) {
 		{interpreter.Event{Seq: 2, Kind: interpreter.EventExecutionCount, ExecutionCount: 4},
 			`{"type": "number_of_executions", "execution_count": 4}` + "\n"},
 		{interpreter.Event{Kind: interpreter.EventEnd, End: &interpreter.End{Reason: interpreter.EndOK}}, ""},
+		{interpreter.Event{Kind: interpreter.EventNotice, Notice: &interpreter.Notice{Kind: interpreter.NoticeKernelReplaced,
+			Text: "state gone é", At: time.Date(2026, 12, 1, 10, 0, 0, 5000, time.UTC)}},
+			`{"type": "stderr", "text": "[envd: state gone \u00e9]\n", "timestamp": "2026-12-01T10:00:00.000005+00:00"}` + "\n"},
 	} {
 		if got := string(appendEvent(nil, tc.ev)); got != tc.want {
 			t.Errorf("%v: %q, want %q", tc.ev.Kind, got, tc.want)

@@ -104,6 +104,65 @@ func (EndReason) EnumDescriptor() ([]byte, []int) {
 	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{0}
 }
 
+type NoticeKind int32
+
+const (
+	NoticeKind_NOTICE_KIND_UNSPECIFIED NoticeKind = 0
+	// The kernel died between executions and Jupyter restarted it: the
+	// context's variables, imports and definitions are gone.
+	NoticeKind_NOTICE_KIND_KERNEL_RESTARTED NoticeKind = 1
+	// The context got a new kernel (the Jupyter server restarted, or the old
+	// kernel could not be restarted): its state is gone.
+	NoticeKind_NOTICE_KIND_KERNEL_REPLACED NoticeKind = 2
+	// Packages the kernel had imported were installed, upgraded or removed;
+	// it keeps running the versions it loaded until the context is
+	// restarted.
+	NoticeKind_NOTICE_KIND_PACKAGES_CHANGED NoticeKind = 3
+)
+
+// Enum value maps for NoticeKind.
+var (
+	NoticeKind_name = map[int32]string{
+		0: "NOTICE_KIND_UNSPECIFIED",
+		1: "NOTICE_KIND_KERNEL_RESTARTED",
+		2: "NOTICE_KIND_KERNEL_REPLACED",
+		3: "NOTICE_KIND_PACKAGES_CHANGED",
+	}
+	NoticeKind_value = map[string]int32{
+		"NOTICE_KIND_UNSPECIFIED":      0,
+		"NOTICE_KIND_KERNEL_RESTARTED": 1,
+		"NOTICE_KIND_KERNEL_REPLACED":  2,
+		"NOTICE_KIND_PACKAGES_CHANGED": 3,
+	}
+)
+
+func (x NoticeKind) Enum() *NoticeKind {
+	p := new(NoticeKind)
+	*p = x
+	return p
+}
+
+func (x NoticeKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NoticeKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_envd_interpreter_v1_interpreter_proto_enumTypes[1].Descriptor()
+}
+
+func (NoticeKind) Type() protoreflect.EnumType {
+	return &file_envd_interpreter_v1_interpreter_proto_enumTypes[1]
+}
+
+func (x NoticeKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NoticeKind.Descriptor instead.
+func (NoticeKind) EnumDescriptor() ([]byte, []int) {
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{1}
+}
+
 // Context is a kernel with its state.
 type Context struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -418,6 +477,7 @@ type ExecutionEvent struct {
 	//	*ExecutionEvent_Error
 	//	*ExecutionEvent_End
 	//	*ExecutionEvent_Keepalive
+	//	*ExecutionEvent_Notice
 	Event         isExecutionEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -530,6 +590,15 @@ func (x *ExecutionEvent) GetKeepalive() *Keepalive {
 	return nil
 }
 
+func (x *ExecutionEvent) GetNotice() *Notice {
+	if x != nil {
+		if x, ok := x.Event.(*ExecutionEvent_Notice); ok {
+			return x.Notice
+		}
+	}
+	return nil
+}
+
 type isExecutionEvent_Event interface {
 	isExecutionEvent_Event()
 }
@@ -562,6 +631,10 @@ type ExecutionEvent_Keepalive struct {
 	Keepalive *Keepalive `protobuf:"bytes,8,opt,name=keepalive,proto3,oneof"`
 }
 
+type ExecutionEvent_Notice struct {
+	Notice *Notice `protobuf:"bytes,9,opt,name=notice,proto3,oneof"`
+}
+
 func (*ExecutionEvent_Started) isExecutionEvent_Event() {}
 
 func (*ExecutionEvent_Stdout) isExecutionEvent_Event() {}
@@ -575,6 +648,8 @@ func (*ExecutionEvent_Error) isExecutionEvent_Event() {}
 func (*ExecutionEvent_End) isExecutionEvent_Event() {}
 
 func (*ExecutionEvent_Keepalive) isExecutionEvent_Event() {}
+
+func (*ExecutionEvent_Notice) isExecutionEvent_Event() {}
 
 // Started comes first.
 type Started struct {
@@ -909,6 +984,72 @@ func (*Keepalive) Descriptor() ([]byte, []int) {
 	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{11}
 }
 
+// Notice tells the code's author what happened to the context since its
+// last execution, before the code's own output: its state was lost, or
+// packages it had imported changed. (The HTTP API writes it as a line on
+// stderr.)
+type Notice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  NoticeKind             `protobuf:"varint,1,opt,name=kind,proto3,enum=envd.interpreter.v1.NoticeKind" json:"kind,omitempty"`
+	// text is a sentence for a person.
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// at is when it happened.
+	At            *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Notice) Reset() {
+	*x = Notice{}
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Notice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Notice) ProtoMessage() {}
+
+func (x *Notice) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Notice.ProtoReflect.Descriptor instead.
+func (*Notice) Descriptor() ([]byte, []int) {
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Notice) GetKind() NoticeKind {
+	if x != nil {
+		return x.Kind
+	}
+	return NoticeKind_NOTICE_KIND_UNSPECIFIED
+}
+
+func (x *Notice) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *Notice) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
 type InterruptRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContextId     string                 `protobuf:"bytes,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
@@ -918,7 +1059,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[12]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1071,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[12]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1084,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{12}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InterruptRequest) GetContextId() string {
@@ -961,7 +1102,7 @@ type InterruptResponse struct {
 
 func (x *InterruptResponse) Reset() {
 	*x = InterruptResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[13]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1114,7 @@ func (x *InterruptResponse) String() string {
 func (*InterruptResponse) ProtoMessage() {}
 
 func (x *InterruptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[13]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1127,7 @@ func (x *InterruptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptResponse.ProtoReflect.Descriptor instead.
 func (*InterruptResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{13}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{14}
 }
 
 type CreateContextRequest struct {
@@ -1001,7 +1142,7 @@ type CreateContextRequest struct {
 
 func (x *CreateContextRequest) Reset() {
 	*x = CreateContextRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[14]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1154,7 @@ func (x *CreateContextRequest) String() string {
 func (*CreateContextRequest) ProtoMessage() {}
 
 func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[14]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1167,7 @@ func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextRequest.ProtoReflect.Descriptor instead.
 func (*CreateContextRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{14}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateContextRequest) GetLanguage() string {
@@ -1052,7 +1193,7 @@ type CreateContextResponse struct {
 
 func (x *CreateContextResponse) Reset() {
 	*x = CreateContextResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[15]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1205,7 @@ func (x *CreateContextResponse) String() string {
 func (*CreateContextResponse) ProtoMessage() {}
 
 func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[15]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1218,7 @@ func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextResponse.ProtoReflect.Descriptor instead.
 func (*CreateContextResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{15}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateContextResponse) GetContext() *Context {
@@ -1095,7 +1236,7 @@ type ListContextsRequest struct {
 
 func (x *ListContextsRequest) Reset() {
 	*x = ListContextsRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[16]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1248,7 @@ func (x *ListContextsRequest) String() string {
 func (*ListContextsRequest) ProtoMessage() {}
 
 func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[16]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1261,7 @@ func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
 func (*ListContextsRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{16}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{17}
 }
 
 type ListContextsResponse struct {
@@ -1132,7 +1273,7 @@ type ListContextsResponse struct {
 
 func (x *ListContextsResponse) Reset() {
 	*x = ListContextsResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[17]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1285,7 @@ func (x *ListContextsResponse) String() string {
 func (*ListContextsResponse) ProtoMessage() {}
 
 func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[17]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1298,7 @@ func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
 func (*ListContextsResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{17}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListContextsResponse) GetContexts() []*Context {
@@ -1176,7 +1317,7 @@ type RestartContextRequest struct {
 
 func (x *RestartContextRequest) Reset() {
 	*x = RestartContextRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[18]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1329,7 @@ func (x *RestartContextRequest) String() string {
 func (*RestartContextRequest) ProtoMessage() {}
 
 func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[18]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1342,7 @@ func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextRequest.ProtoReflect.Descriptor instead.
 func (*RestartContextRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{18}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RestartContextRequest) GetContextId() string {
@@ -1220,7 +1361,7 @@ type RestartContextResponse struct {
 
 func (x *RestartContextResponse) Reset() {
 	*x = RestartContextResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[19]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1373,7 @@ func (x *RestartContextResponse) String() string {
 func (*RestartContextResponse) ProtoMessage() {}
 
 func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[19]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1386,7 @@ func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextResponse.ProtoReflect.Descriptor instead.
 func (*RestartContextResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{19}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RestartContextResponse) GetContext() *Context {
@@ -1264,7 +1405,7 @@ type RemoveContextRequest struct {
 
 func (x *RemoveContextRequest) Reset() {
 	*x = RemoveContextRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[20]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1417,7 @@ func (x *RemoveContextRequest) String() string {
 func (*RemoveContextRequest) ProtoMessage() {}
 
 func (x *RemoveContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[20]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1430,7 @@ func (x *RemoveContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveContextRequest.ProtoReflect.Descriptor instead.
 func (*RemoveContextRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{20}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RemoveContextRequest) GetContextId() string {
@@ -1307,7 +1448,7 @@ type RemoveContextResponse struct {
 
 func (x *RemoveContextResponse) Reset() {
 	*x = RemoveContextResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[21]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1460,7 @@ func (x *RemoveContextResponse) String() string {
 func (*RemoveContextResponse) ProtoMessage() {}
 
 func (x *RemoveContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[21]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1473,7 @@ func (x *RemoveContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveContextResponse.ProtoReflect.Descriptor instead.
 func (*RemoveContextResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{21}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{22}
 }
 
 type ListLanguagesRequest struct {
@@ -1343,7 +1484,7 @@ type ListLanguagesRequest struct {
 
 func (x *ListLanguagesRequest) Reset() {
 	*x = ListLanguagesRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[22]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1496,7 @@ func (x *ListLanguagesRequest) String() string {
 func (*ListLanguagesRequest) ProtoMessage() {}
 
 func (x *ListLanguagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[22]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1509,7 @@ func (x *ListLanguagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLanguagesRequest.ProtoReflect.Descriptor instead.
 func (*ListLanguagesRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{22}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{23}
 }
 
 type ListLanguagesResponse struct {
@@ -1380,7 +1521,7 @@ type ListLanguagesResponse struct {
 
 func (x *ListLanguagesResponse) Reset() {
 	*x = ListLanguagesResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[23]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1533,7 @@ func (x *ListLanguagesResponse) String() string {
 func (*ListLanguagesResponse) ProtoMessage() {}
 
 func (x *ListLanguagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[23]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1546,7 @@ func (x *ListLanguagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLanguagesResponse.ProtoReflect.Descriptor instead.
 func (*ListLanguagesResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{23}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListLanguagesResponse) GetLanguages() []*Language {
@@ -1443,7 +1584,7 @@ type Language struct {
 
 func (x *Language) Reset() {
 	*x = Language{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[24]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1596,7 @@ func (x *Language) String() string {
 func (*Language) ProtoMessage() {}
 
 func (x *Language) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[24]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1609,7 @@ func (x *Language) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Language.ProtoReflect.Descriptor instead.
 func (*Language) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{24}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Language) GetLanguage() string {
@@ -1539,7 +1680,7 @@ const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x19\n" +
 	"\bfrom_seq\x18\x02 \x01(\x04R\afromSeq\"T\n" +
 	"\x17AttachExecutionResponse\x129\n" +
-	"\x05event\x18\x01 \x01(\v2#.envd.interpreter.v1.ExecutionEventR\x05event\"\xac\x03\n" +
+	"\x05event\x18\x01 \x01(\v2#.envd.interpreter.v1.ExecutionEventR\x05event\"\xe3\x03\n" +
 	"\x0eExecutionEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x128\n" +
 	"\astarted\x18\x02 \x01(\v2\x1c.envd.interpreter.v1.StartedH\x00R\astarted\x125\n" +
@@ -1548,7 +1689,8 @@ const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
 	"\x06result\x18\x05 \x01(\v2\x1b.envd.interpreter.v1.ResultH\x00R\x06result\x122\n" +
 	"\x05error\x18\x06 \x01(\v2\x1a.envd.interpreter.v1.ErrorH\x00R\x05error\x12,\n" +
 	"\x03end\x18\a \x01(\v2\x18.envd.interpreter.v1.EndH\x00R\x03end\x12>\n" +
-	"\tkeepalive\x18\b \x01(\v2\x1e.envd.interpreter.v1.KeepaliveH\x00R\tkeepaliveB\a\n" +
+	"\tkeepalive\x18\b \x01(\v2\x1e.envd.interpreter.v1.KeepaliveH\x00R\tkeepalive\x125\n" +
+	"\x06notice\x18\t \x01(\v2\x1b.envd.interpreter.v1.NoticeH\x00R\x06noticeB\a\n" +
 	"\x05event\"t\n" +
 	"\aStarted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1d\n" +
@@ -1572,7 +1714,11 @@ const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
 	"\x03End\x126\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1e.envd.interpreter.v1.EndReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\v\n" +
-	"\tKeepalive\"1\n" +
+	"\tKeepalive\"}\n" +
+	"\x06Notice\x123\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1f.envd.interpreter.v1.NoticeKindR\x04kind\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12*\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"1\n" +
 	"\x10InterruptRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\tR\tcontextId\"\x13\n" +
@@ -1613,7 +1759,13 @@ const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
 	"\x14END_REASON_TIMED_OUT\x10\x04\x12\x1a\n" +
 	"\x16END_REASON_KERNEL_DIED\x10\x05\x12 \n" +
 	"\x1cEND_REASON_CONTEXT_RESTARTED\x10\x06\x12\x1f\n" +
-	"\x1bEND_REASON_SERVER_RESTARTED\x10\a2\xc0\x06\n" +
+	"\x1bEND_REASON_SERVER_RESTARTED\x10\a*\x8e\x01\n" +
+	"\n" +
+	"NoticeKind\x12\x1b\n" +
+	"\x17NOTICE_KIND_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cNOTICE_KIND_KERNEL_RESTARTED\x10\x01\x12\x1f\n" +
+	"\x1bNOTICE_KIND_KERNEL_REPLACED\x10\x02\x12 \n" +
+	"\x1cNOTICE_KIND_PACKAGES_CHANGED\x10\x032\xc0\x06\n" +
 	"\x12InterpreterService\x12V\n" +
 	"\aExecute\x12#.envd.interpreter.v1.ExecuteRequest\x1a$.envd.interpreter.v1.ExecuteResponse0\x01\x12n\n" +
 	"\x0fAttachExecution\x12+.envd.interpreter.v1.AttachExecutionRequest\x1a,.envd.interpreter.v1.AttachExecutionResponse0\x01\x12Z\n" +
@@ -1636,80 +1788,85 @@ func file_envd_interpreter_v1_interpreter_proto_rawDescGZIP() []byte {
 	return file_envd_interpreter_v1_interpreter_proto_rawDescData
 }
 
-var file_envd_interpreter_v1_interpreter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_envd_interpreter_v1_interpreter_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_envd_interpreter_v1_interpreter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_envd_interpreter_v1_interpreter_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_envd_interpreter_v1_interpreter_proto_goTypes = []any{
 	(EndReason)(0),                  // 0: envd.interpreter.v1.EndReason
-	(*Context)(nil),                 // 1: envd.interpreter.v1.Context
-	(*ExecuteRequest)(nil),          // 2: envd.interpreter.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),         // 3: envd.interpreter.v1.ExecuteResponse
-	(*AttachExecutionRequest)(nil),  // 4: envd.interpreter.v1.AttachExecutionRequest
-	(*AttachExecutionResponse)(nil), // 5: envd.interpreter.v1.AttachExecutionResponse
-	(*ExecutionEvent)(nil),          // 6: envd.interpreter.v1.ExecutionEvent
-	(*Started)(nil),                 // 7: envd.interpreter.v1.Started
-	(*Output)(nil),                  // 8: envd.interpreter.v1.Output
-	(*Result)(nil),                  // 9: envd.interpreter.v1.Result
-	(*Error)(nil),                   // 10: envd.interpreter.v1.Error
-	(*End)(nil),                     // 11: envd.interpreter.v1.End
-	(*Keepalive)(nil),               // 12: envd.interpreter.v1.Keepalive
-	(*InterruptRequest)(nil),        // 13: envd.interpreter.v1.InterruptRequest
-	(*InterruptResponse)(nil),       // 14: envd.interpreter.v1.InterruptResponse
-	(*CreateContextRequest)(nil),    // 15: envd.interpreter.v1.CreateContextRequest
-	(*CreateContextResponse)(nil),   // 16: envd.interpreter.v1.CreateContextResponse
-	(*ListContextsRequest)(nil),     // 17: envd.interpreter.v1.ListContextsRequest
-	(*ListContextsResponse)(nil),    // 18: envd.interpreter.v1.ListContextsResponse
-	(*RestartContextRequest)(nil),   // 19: envd.interpreter.v1.RestartContextRequest
-	(*RestartContextResponse)(nil),  // 20: envd.interpreter.v1.RestartContextResponse
-	(*RemoveContextRequest)(nil),    // 21: envd.interpreter.v1.RemoveContextRequest
-	(*RemoveContextResponse)(nil),   // 22: envd.interpreter.v1.RemoveContextResponse
-	(*ListLanguagesRequest)(nil),    // 23: envd.interpreter.v1.ListLanguagesRequest
-	(*ListLanguagesResponse)(nil),   // 24: envd.interpreter.v1.ListLanguagesResponse
-	(*Language)(nil),                // 25: envd.interpreter.v1.Language
-	nil,                             // 26: envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
-	nil,                             // 27: envd.interpreter.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),     // 28: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 29: google.protobuf.Timestamp
+	(NoticeKind)(0),                 // 1: envd.interpreter.v1.NoticeKind
+	(*Context)(nil),                 // 2: envd.interpreter.v1.Context
+	(*ExecuteRequest)(nil),          // 3: envd.interpreter.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),         // 4: envd.interpreter.v1.ExecuteResponse
+	(*AttachExecutionRequest)(nil),  // 5: envd.interpreter.v1.AttachExecutionRequest
+	(*AttachExecutionResponse)(nil), // 6: envd.interpreter.v1.AttachExecutionResponse
+	(*ExecutionEvent)(nil),          // 7: envd.interpreter.v1.ExecutionEvent
+	(*Started)(nil),                 // 8: envd.interpreter.v1.Started
+	(*Output)(nil),                  // 9: envd.interpreter.v1.Output
+	(*Result)(nil),                  // 10: envd.interpreter.v1.Result
+	(*Error)(nil),                   // 11: envd.interpreter.v1.Error
+	(*End)(nil),                     // 12: envd.interpreter.v1.End
+	(*Keepalive)(nil),               // 13: envd.interpreter.v1.Keepalive
+	(*Notice)(nil),                  // 14: envd.interpreter.v1.Notice
+	(*InterruptRequest)(nil),        // 15: envd.interpreter.v1.InterruptRequest
+	(*InterruptResponse)(nil),       // 16: envd.interpreter.v1.InterruptResponse
+	(*CreateContextRequest)(nil),    // 17: envd.interpreter.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),   // 18: envd.interpreter.v1.CreateContextResponse
+	(*ListContextsRequest)(nil),     // 19: envd.interpreter.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),    // 20: envd.interpreter.v1.ListContextsResponse
+	(*RestartContextRequest)(nil),   // 21: envd.interpreter.v1.RestartContextRequest
+	(*RestartContextResponse)(nil),  // 22: envd.interpreter.v1.RestartContextResponse
+	(*RemoveContextRequest)(nil),    // 23: envd.interpreter.v1.RemoveContextRequest
+	(*RemoveContextResponse)(nil),   // 24: envd.interpreter.v1.RemoveContextResponse
+	(*ListLanguagesRequest)(nil),    // 25: envd.interpreter.v1.ListLanguagesRequest
+	(*ListLanguagesResponse)(nil),   // 26: envd.interpreter.v1.ListLanguagesResponse
+	(*Language)(nil),                // 27: envd.interpreter.v1.Language
+	nil,                             // 28: envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
+	nil,                             // 29: envd.interpreter.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),     // 30: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 31: google.protobuf.Timestamp
 }
 var file_envd_interpreter_v1_interpreter_proto_depIdxs = []int32{
-	26, // 0: envd.interpreter.v1.ExecuteRequest.env_vars:type_name -> envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
-	28, // 1: envd.interpreter.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	6,  // 2: envd.interpreter.v1.ExecuteResponse.event:type_name -> envd.interpreter.v1.ExecutionEvent
-	6,  // 3: envd.interpreter.v1.AttachExecutionResponse.event:type_name -> envd.interpreter.v1.ExecutionEvent
-	7,  // 4: envd.interpreter.v1.ExecutionEvent.started:type_name -> envd.interpreter.v1.Started
-	8,  // 5: envd.interpreter.v1.ExecutionEvent.stdout:type_name -> envd.interpreter.v1.Output
-	8,  // 6: envd.interpreter.v1.ExecutionEvent.stderr:type_name -> envd.interpreter.v1.Output
-	9,  // 7: envd.interpreter.v1.ExecutionEvent.result:type_name -> envd.interpreter.v1.Result
-	10, // 8: envd.interpreter.v1.ExecutionEvent.error:type_name -> envd.interpreter.v1.Error
-	11, // 9: envd.interpreter.v1.ExecutionEvent.end:type_name -> envd.interpreter.v1.End
-	12, // 10: envd.interpreter.v1.ExecutionEvent.keepalive:type_name -> envd.interpreter.v1.Keepalive
-	29, // 11: envd.interpreter.v1.Output.timestamp:type_name -> google.protobuf.Timestamp
-	27, // 12: envd.interpreter.v1.Result.data:type_name -> envd.interpreter.v1.Result.DataEntry
-	0,  // 13: envd.interpreter.v1.End.reason:type_name -> envd.interpreter.v1.EndReason
-	1,  // 14: envd.interpreter.v1.CreateContextResponse.context:type_name -> envd.interpreter.v1.Context
-	1,  // 15: envd.interpreter.v1.ListContextsResponse.contexts:type_name -> envd.interpreter.v1.Context
-	1,  // 16: envd.interpreter.v1.RestartContextResponse.context:type_name -> envd.interpreter.v1.Context
-	25, // 17: envd.interpreter.v1.ListLanguagesResponse.languages:type_name -> envd.interpreter.v1.Language
-	2,  // 18: envd.interpreter.v1.InterpreterService.Execute:input_type -> envd.interpreter.v1.ExecuteRequest
-	4,  // 19: envd.interpreter.v1.InterpreterService.AttachExecution:input_type -> envd.interpreter.v1.AttachExecutionRequest
-	13, // 20: envd.interpreter.v1.InterpreterService.Interrupt:input_type -> envd.interpreter.v1.InterruptRequest
-	15, // 21: envd.interpreter.v1.InterpreterService.CreateContext:input_type -> envd.interpreter.v1.CreateContextRequest
-	17, // 22: envd.interpreter.v1.InterpreterService.ListContexts:input_type -> envd.interpreter.v1.ListContextsRequest
-	19, // 23: envd.interpreter.v1.InterpreterService.RestartContext:input_type -> envd.interpreter.v1.RestartContextRequest
-	21, // 24: envd.interpreter.v1.InterpreterService.RemoveContext:input_type -> envd.interpreter.v1.RemoveContextRequest
-	23, // 25: envd.interpreter.v1.InterpreterService.ListLanguages:input_type -> envd.interpreter.v1.ListLanguagesRequest
-	3,  // 26: envd.interpreter.v1.InterpreterService.Execute:output_type -> envd.interpreter.v1.ExecuteResponse
-	5,  // 27: envd.interpreter.v1.InterpreterService.AttachExecution:output_type -> envd.interpreter.v1.AttachExecutionResponse
-	14, // 28: envd.interpreter.v1.InterpreterService.Interrupt:output_type -> envd.interpreter.v1.InterruptResponse
-	16, // 29: envd.interpreter.v1.InterpreterService.CreateContext:output_type -> envd.interpreter.v1.CreateContextResponse
-	18, // 30: envd.interpreter.v1.InterpreterService.ListContexts:output_type -> envd.interpreter.v1.ListContextsResponse
-	20, // 31: envd.interpreter.v1.InterpreterService.RestartContext:output_type -> envd.interpreter.v1.RestartContextResponse
-	22, // 32: envd.interpreter.v1.InterpreterService.RemoveContext:output_type -> envd.interpreter.v1.RemoveContextResponse
-	24, // 33: envd.interpreter.v1.InterpreterService.ListLanguages:output_type -> envd.interpreter.v1.ListLanguagesResponse
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	28, // 0: envd.interpreter.v1.ExecuteRequest.env_vars:type_name -> envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
+	30, // 1: envd.interpreter.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	7,  // 2: envd.interpreter.v1.ExecuteResponse.event:type_name -> envd.interpreter.v1.ExecutionEvent
+	7,  // 3: envd.interpreter.v1.AttachExecutionResponse.event:type_name -> envd.interpreter.v1.ExecutionEvent
+	8,  // 4: envd.interpreter.v1.ExecutionEvent.started:type_name -> envd.interpreter.v1.Started
+	9,  // 5: envd.interpreter.v1.ExecutionEvent.stdout:type_name -> envd.interpreter.v1.Output
+	9,  // 6: envd.interpreter.v1.ExecutionEvent.stderr:type_name -> envd.interpreter.v1.Output
+	10, // 7: envd.interpreter.v1.ExecutionEvent.result:type_name -> envd.interpreter.v1.Result
+	11, // 8: envd.interpreter.v1.ExecutionEvent.error:type_name -> envd.interpreter.v1.Error
+	12, // 9: envd.interpreter.v1.ExecutionEvent.end:type_name -> envd.interpreter.v1.End
+	13, // 10: envd.interpreter.v1.ExecutionEvent.keepalive:type_name -> envd.interpreter.v1.Keepalive
+	14, // 11: envd.interpreter.v1.ExecutionEvent.notice:type_name -> envd.interpreter.v1.Notice
+	31, // 12: envd.interpreter.v1.Output.timestamp:type_name -> google.protobuf.Timestamp
+	29, // 13: envd.interpreter.v1.Result.data:type_name -> envd.interpreter.v1.Result.DataEntry
+	0,  // 14: envd.interpreter.v1.End.reason:type_name -> envd.interpreter.v1.EndReason
+	1,  // 15: envd.interpreter.v1.Notice.kind:type_name -> envd.interpreter.v1.NoticeKind
+	31, // 16: envd.interpreter.v1.Notice.at:type_name -> google.protobuf.Timestamp
+	2,  // 17: envd.interpreter.v1.CreateContextResponse.context:type_name -> envd.interpreter.v1.Context
+	2,  // 18: envd.interpreter.v1.ListContextsResponse.contexts:type_name -> envd.interpreter.v1.Context
+	2,  // 19: envd.interpreter.v1.RestartContextResponse.context:type_name -> envd.interpreter.v1.Context
+	27, // 20: envd.interpreter.v1.ListLanguagesResponse.languages:type_name -> envd.interpreter.v1.Language
+	3,  // 21: envd.interpreter.v1.InterpreterService.Execute:input_type -> envd.interpreter.v1.ExecuteRequest
+	5,  // 22: envd.interpreter.v1.InterpreterService.AttachExecution:input_type -> envd.interpreter.v1.AttachExecutionRequest
+	15, // 23: envd.interpreter.v1.InterpreterService.Interrupt:input_type -> envd.interpreter.v1.InterruptRequest
+	17, // 24: envd.interpreter.v1.InterpreterService.CreateContext:input_type -> envd.interpreter.v1.CreateContextRequest
+	19, // 25: envd.interpreter.v1.InterpreterService.ListContexts:input_type -> envd.interpreter.v1.ListContextsRequest
+	21, // 26: envd.interpreter.v1.InterpreterService.RestartContext:input_type -> envd.interpreter.v1.RestartContextRequest
+	23, // 27: envd.interpreter.v1.InterpreterService.RemoveContext:input_type -> envd.interpreter.v1.RemoveContextRequest
+	25, // 28: envd.interpreter.v1.InterpreterService.ListLanguages:input_type -> envd.interpreter.v1.ListLanguagesRequest
+	4,  // 29: envd.interpreter.v1.InterpreterService.Execute:output_type -> envd.interpreter.v1.ExecuteResponse
+	6,  // 30: envd.interpreter.v1.InterpreterService.AttachExecution:output_type -> envd.interpreter.v1.AttachExecutionResponse
+	16, // 31: envd.interpreter.v1.InterpreterService.Interrupt:output_type -> envd.interpreter.v1.InterruptResponse
+	18, // 32: envd.interpreter.v1.InterpreterService.CreateContext:output_type -> envd.interpreter.v1.CreateContextResponse
+	20, // 33: envd.interpreter.v1.InterpreterService.ListContexts:output_type -> envd.interpreter.v1.ListContextsResponse
+	22, // 34: envd.interpreter.v1.InterpreterService.RestartContext:output_type -> envd.interpreter.v1.RestartContextResponse
+	24, // 35: envd.interpreter.v1.InterpreterService.RemoveContext:output_type -> envd.interpreter.v1.RemoveContextResponse
+	26, // 36: envd.interpreter.v1.InterpreterService.ListLanguages:output_type -> envd.interpreter.v1.ListLanguagesResponse
+	29, // [29:37] is the sub-list for method output_type
+	21, // [21:29] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_envd_interpreter_v1_interpreter_proto_init() }
@@ -1725,14 +1882,15 @@ func file_envd_interpreter_v1_interpreter_proto_init() {
 		(*ExecutionEvent_Error)(nil),
 		(*ExecutionEvent_End)(nil),
 		(*ExecutionEvent_Keepalive)(nil),
+		(*ExecutionEvent_Notice)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_envd_interpreter_v1_interpreter_proto_rawDesc), len(file_envd_interpreter_v1_interpreter_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   27,
+			NumEnums:      2,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
