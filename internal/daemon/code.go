@@ -36,9 +36,26 @@ type codeExec struct {
 	runAs   *identity.User // the kernels' account; nil: envd's own
 }
 
-// jupyterPath is the PATH of the Jupyter server's clean environment
-// (jupyter.Supervisor), which Packages.Env extends for its kernels.
-const jupyterPath = "/usr/local/bin:/usr/bin:/bin"
+// sharedEnv is what commands and kernels both get on top of their own
+// basics (a login's HOME, USER, SHELL...): one PATH (identity.SandboxPath
+// with the shared virtual environment first), the virtual environment and
+// R library (Packages.Env), and the locale: envd's LANG, else C.UTF-8.
+func sharedEnv(pkgs defaults.Packages) map[string]string {
+	env := pkgs.Env(identity.SandboxPath())
+	if _, ok := env["PATH"]; !ok {
+		env["PATH"] = identity.SandboxPath()
+	}
+	env["LANG"] = locale()
+	return env
+}
+
+// locale is the LANG commands and kernels get: envd's, else C.UTF-8.
+func locale() string {
+	if lang := os.Getenv("LANG"); lang != "" {
+		return lang
+	}
+	return "C.UTF-8"
+}
 
 // kernelsUser is the account Jupyter and its kernels run as: envd's own
 // (nil) by default, as upstream's run as root; the default user in strict
@@ -70,15 +87,15 @@ func (c *codeExec) kernelsUser() string {
 
 func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeExec, error) {
 	c := &codeExec{log: log}
-	// Kernels and commands share where packages are installed from code:
-	// commands get the environment on top of envd's PATH, kernels on top of
-	// the Jupyter server's (jupyter.Supervisor's clean environment), and
-	// the python3 kernel runs the virtual environment's python.
+	// Kernels and commands share one environment (sharedEnv): where
+	// packages are installed from code, PATH and the locale; the python3
+	// kernel runs the virtual environment's python.
 	pkgs, err := defaults.FindPackages()
 	if err != nil {
 		return nil, fmt.Errorf("package locations: %w", err)
 	}
-	defs.SetBaseEnv(pkgs.Env(os.Getenv("PATH")))
+	shared := sharedEnv(pkgs)
+	defs.SetBaseEnv(shared)
 	log.Info("package locations", "python_venv", pkgs.PythonVenv, "r_library", pkgs.RLibrary)
 	if cfg.NoJupyter {
 		c.adapters(log, defs)
@@ -110,9 +127,8 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeEx
 	// JUPYTER_PATH from envd's environment is kept, after our directory:
 	// more kernelspecs (a template's, a test's) without writing system dirs.
 	env := layout.Environ([]string{"JUPYTER_PATH=" + os.Getenv("JUPYTER_PATH")})
-	pkgEnv := pkgs.Env(jupyterPath)
-	for _, k := range slices.Sorted(maps.Keys(pkgEnv)) {
-		env = append(env, k+"="+pkgEnv[k])
+	for _, k := range slices.Sorted(maps.Keys(shared)) {
+		env = append(env, k+"="+shared[k])
 	}
 	sopts := jupyter.Options{Env: env, Logger: log, URL: cfg.JupyterURL, Token: cfg.JupyterToken}
 	if runAs != nil {
@@ -211,12 +227,15 @@ func (c *codeExec) cleanup() {
 const debianRLibsSite = "/usr/lib/R/site-library:/usr/lib/R/library"
 
 // strictRootEnv is what a process run as root gets in strict mode: /init's
-// variables, without the shared package environment (the Python virtual
+// variables and the locale, without the shared package environment (the Python virtual
 // environment and R library the sandbox user may write), so that nothing
 // the user planted there runs as root. R's own default would still put
 // that library first: R_LIBS_SITE leaves it out.
 func strictRootEnv(defs *defaults.Defaults) map[string]string {
 	env := defs.InitEnv()
+	if _, set := env["LANG"]; !set {
+		env["LANG"] = locale()
+	}
 	if _, set := env["R_LIBS_SITE"]; !set {
 		env["R_LIBS_SITE"] = debianRLibsSite
 	}

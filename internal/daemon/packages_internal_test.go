@@ -31,14 +31,16 @@ func TestCodeExecPackageEnv(t *testing.T) {
 	t.Setenv(defaults.PythonVenvVar, venv)
 	t.Setenv(defaults.RLibraryVar, lib)
 	t.Setenv("PATH", "/usr/bin:/bin")
+	t.Setenv("LANG", "")
 
 	defs := defaults.New("root", map[string]string{"E2B_SANDBOX": "true"})
 	if _, err := newCodeExec(Config{NoJupyter: true}, log, defs); err != nil {
 		t.Fatal(err)
 	}
 	env := defs.Env()
-	if want := venv + "/bin:/usr/bin:/bin"; env["PATH"] != want || env["VIRTUAL_ENV"] != venv || env["R_LIBS"] != lib {
-		t.Fatalf("commands' env = %v, want PATH %s, VIRTUAL_ENV and R_LIBS", env, want)
+	if want := venv + "/bin:/usr/bin:/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/sbin"; env["PATH"] != want ||
+		env["VIRTUAL_ENV"] != venv || env["R_LIBS"] != lib || env["LANG"] != "C.UTF-8" {
+		t.Fatalf("commands' env = %v, want PATH %s, VIRTUAL_ENV, R_LIBS and LANG", env, want)
 	}
 	for _, k := range []string{"PATH", "VIRTUAL_ENV", "R_LIBS"} {
 		if v, ok := defs.InitEnv()[k]; ok {

@@ -118,16 +118,38 @@ func (u *User) Credential() *syscall.Credential {
 	return &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
 }
 
-// LoginEnv is the environment a login as u starts with: HOME, USER, LOGNAME,
-// SHELL, and PATH (envd's own, so the programs a sandbox image installs are
-// found the same way for every user).
-func (u *User) LoginEnv() []string {
-	path := os.Getenv("PATH")
-	if path == "" {
-		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+// StandardPath is the PATH of a login on Debian (root's, which has the
+// sbin directories too).
+const StandardPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// SandboxPath is the PATH commands and kernels share: envd's own (so the
+// programs a sandbox image adds to it are found the same way by every
+// user and every kernel), without relative or empty entries (the current
+// directory must not decide which program runs) or repeats, and with the
+// standard directories it lacks appended.
+func SandboxPath() string {
+	return CleanPath(os.Getenv("PATH"))
+}
+
+// CleanPath is SandboxPath for a given PATH.
+func CleanPath(path string) string {
+	var out []string
+	seen := map[string]bool{}
+	for _, dir := range append(filepath.SplitList(path), filepath.SplitList(StandardPath)...) {
+		if dir == "" || !filepath.IsAbs(dir) || seen[dir] {
+			continue
+		}
+		seen[dir] = true
+		out = append(out, dir)
 	}
+	return strings.Join(out, string(os.PathListSeparator))
+}
+
+// LoginEnv is the environment a login as u starts with: HOME, USER, LOGNAME,
+// SHELL, and PATH (SandboxPath).
+func (u *User) LoginEnv() []string {
 	return []string{
-		"PATH=" + path,
+		"PATH=" + SandboxPath(),
 		"HOME=" + u.Home,
 		"USER=" + u.Name,
 		"LOGNAME=" + u.Name,

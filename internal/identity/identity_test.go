@@ -188,11 +188,7 @@ func TestLoginEnv(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got[k], want)
 		}
 	}
-	wantPath := os.Getenv("PATH")
-	if wantPath == "" {
-		wantPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	}
-	if got["PATH"] != wantPath {
+	if wantPath := identity.SandboxPath(); got["PATH"] != wantPath {
 		t.Errorf("PATH = %q, want %q", got["PATH"], wantPath)
 	}
 	if len(got) != 5 {
@@ -289,4 +285,17 @@ func FuzzResolve(f *testing.F) {
 			t.Fatalf("Resolve(%q, %q) = %q: an absolute path must only be cleaned", p, defaultDir, got)
 		}
 	})
+}
+
+func TestCleanPath(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"":                                      identity.StandardPath,
+		"/opt/x/bin:.::bin:/usr/bin:/opt/x/bin": "/opt/x/bin:/usr/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/sbin:/bin",
+		identity.StandardPath:                   identity.StandardPath,
+	} {
+		if got := identity.CleanPath(in); got != want {
+			t.Errorf("CleanPath(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

@@ -124,13 +124,9 @@ func lookup(t *testing.T, name string) *identity.User {
 	return u
 }
 
-// loginPath is the PATH a process gets: envd's own, as identity.LoginEnv.
-func loginPath() string {
-	if p := os.Getenv("PATH"); p != "" {
-		return p
-	}
-	return "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-}
+// loginPath is the PATH a process gets: envd's own, cleaned, as
+// identity.LoginEnv.
+func loginPath() string { return identity.SandboxPath() }
 
 // requireRoot skips tests that run processes as other users.
 func requireRoot(t *testing.T) {

@@ -64,7 +64,7 @@ func TestDefaultUserAndWorkdir(t *testing.T) {
 func TestEnvPrecedence(t *testing.T) {
 	t.Parallel()
 	s := processtest.New(t, processtest.Options{})
-	s.Defaults.SetEnv(map[string]string{"DAEMON": "d", "SHARED": "daemon", "LOGNAME": "from-daemon"})
+	s.Defaults.SetEnv(map[string]string{"DAEMON": "d", "SHARED": "daemon", "LOGNAME": "from-daemon", "TERM": "vt100"})
 	c := s.Client(t, processtest.ClientOptions{})
 	u := lookup(t, "root")
 	st := start(t, c, &pb.StartRequest{Process: &pb.ProcessConfig{
@@ -75,6 +75,7 @@ func TestEnvPrecedence(t *testing.T) {
 	checkEnv(t, parseEnv(t, st.Stdout), map[string]string{
 		"PATH": loginPath(), "HOME": u.Home, "USER": u.Name, "SHELL": u.Shell,
 		"LOGNAME":     "from-daemon",
+		"TERM":        "vt100", // envd's dumb for pipes, overridden
 		"DAEMON":      "d",
 		"SHARED":      "request",
 		"E2B_SANDBOX": "from-request",

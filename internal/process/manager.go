@@ -342,10 +342,25 @@ func (m *Manager) startPumps(p *Process, exitc <-chan reaper.Exit, o StartOption
 	})
 }
 
-// env is the child's environment: the user's login environment, then the
-// daemon's variables, then the request's; a later value for a name wins.
+// Terminal types: a pseudo-terminal speaks xterm's language (the SDKs'
+// terminals are xterm.js); pipes are no terminal at all, and TERM=dumb
+// says so to the programs that ask (tput, less, progress bars) rather than
+// leaving them to fail on an unset TERM.
+const (
+	ptyTerm  = "xterm-256color"
+	pipeTerm = "dumb"
+)
+
+// env is the child's environment: the user's login environment and TERM,
+// then the daemon's variables, then the request's; a later value for a
+// name wins.
 func (m *Manager) env(o StartOptions) []string {
 	env := o.User.LoginEnv()
+	if o.PTY != nil {
+		env = append(env, "TERM="+ptyTerm)
+	} else {
+		env = append(env, "TERM="+pipeTerm)
+	}
 	base := m.opts.Env
 	if o.User.UID == 0 && m.opts.RootEnv != nil {
 		base = m.opts.RootEnv

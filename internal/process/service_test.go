@@ -285,8 +285,8 @@ func testEnv(t *testing.T, c processconnect.ProcessClient, u *identity.User) {
 	got := parseEnv(t, s.Stdout)
 	want := map[string]string{
 		"HOME": u.Home, "LOGNAME": u.Name, "SHELL": u.Shell, "PATH": loginPath(),
-		"E2B_SANDBOX": "true",
-		"FOO":         "bar baz", "USER": "from-request", "EMPTY": "",
+		"E2B_SANDBOX": "true", "TERM": "dumb", // no terminal: pipes
+		"FOO": "bar baz", "USER": "from-request", "EMPTY": "",
 	}
 	checkEnv(t, got, want)
 }

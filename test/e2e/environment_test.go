@@ -1,0 +1,76 @@
+package e2e_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/envd-dev/envd/client"
+)
+
+// TestOneEnvironment: commands (pipes and terminals) and the kernels of
+// every language get one PATH and one locale; TERM says what a process's
+// output goes to.
+func TestOneEnvironment(t *testing.T) {
+	t.Parallel()
+	// LANG set but empty is unset: the sandbox's locale is C.UTF-8.
+	e := startEnvd(t, startOptions{jupyter: true, env: []string{"LANG=", "PATH=/opt/envd-test/bin:.:/usr/bin:/bin"}})
+	c := client.New(client.Options{Addr: e.url})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), codeTimeout)
+	defer cancel()
+
+	vars := func(out string) map[string]string {
+		m := map[string]string{}
+		for _, l := range strings.Split(strings.ReplaceAll(out, "\r\n", "\n"), "\n") {
+			if k, v, ok := strings.Cut(l, "="); ok {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	const show = `printf 'PATH=%s\nLANG=%s\nTERM=%s\n' "$PATH" "$LANG" "$TERM"`
+	pipe, err := c.Run(ctx, client.Command{Name: "/bin/sh", Args: []string{"-c", show}})
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, e.stderr)
+	}
+	cmd := vars(string(pipe.Stdout))
+	// envd's PATH, without ".", with the standard directories it lacked,
+	// after the shared virtual environment when there is one.
+	want := "/opt/envd-test/bin:/usr/bin:/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/sbin"
+	if p := cmd["PATH"]; p != want && !strings.HasSuffix(p, "/bin:"+want) {
+		t.Errorf("command PATH %q, want %q (after a venv's bin at most)", p, want)
+	}
+	if cmd["LANG"] != "C.UTF-8" || cmd["TERM"] != "dumb" {
+		t.Errorf("command LANG %q TERM %q, want C.UTF-8 and dumb", cmd["LANG"], cmd["TERM"])
+	}
+	tty, err := c.Run(ctx, client.Command{Name: "/bin/sh", Args: []string{"-c", show}, PTY: &client.Size{Cols: 80, Rows: 24}})
+	if err != nil {
+		t.Fatalf("run in a terminal: %v", err)
+	}
+	if term := vars(string(tty.Stdout)); term["TERM"] != "xterm-256color" || term["PATH"] != cmd["PATH"] || term["LANG"] != "C.UTF-8" {
+		t.Errorf("terminal environment %v", term)
+	}
+
+	for _, tc := range []struct{ lang, code string }{
+		{"python", "import os\nprint('PATH=' + os.environ['PATH'])\nprint('LANG=' + os.environ['LANG'])"},
+		{"r", `cat("PATH=", Sys.getenv("PATH"), "\nLANG=", Sys.getenv("LANG"), "\n", sep = "")`},
+		{"bash", `echo "PATH=$PATH"; echo "LANG=$LANG"`},
+		{"javascript", `console.log("PATH=" + Deno.env.get("PATH") + "\nLANG=" + Deno.env.get("LANG"))`},
+	} {
+		t.Run(tc.lang, func(t *testing.T) {
+			run, err := c.Execute(ctx, tc.code, client.ExecOptions{Language: tc.lang})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := run.Wait()
+			if err != nil || res.Reason != client.EndOK {
+				t.Fatalf("%+v, %v", res, err)
+			}
+			k := vars(res.Stdout)
+			if k["PATH"] != cmd["PATH"] || k["LANG"] != "C.UTF-8" {
+				t.Errorf("kernel PATH %q LANG %q; commands get PATH %q LANG C.UTF-8", k["PATH"], k["LANG"], cmd["PATH"])
+			}
+		})
+	}
+}
