@@ -1,8 +1,8 @@
 // Command envctl talks to envd, the agent inside a sandbox, to debug it: run
 // commands, copy files both ways, watch directories, run code in stateful
 // contexts, check health and metrics. It reaches envd over TCP, a unix
-// socket, AF_VSOCK, or the host side of a Firecracker vsock device, and uses
-// only the client package.
+// socket, AF_VSOCK, or the host side of a Firecracker vsock device, through
+// the client package (and internal/buildinfo for its -version line).
 //
 // Run `envctl help` for the commands. Errors are one line on stderr. Exit
 // codes follow docker's: `envctl run` exits with the process's code (128+N
@@ -19,13 +19,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/envd-dev/envd/client"
+	"github.com/envd-dev/envd/internal/buildinfo"
 )
 
 // command is one subcommand.
@@ -376,19 +375,4 @@ func cmdUsage(w io.Writer, c *command) {
 
 // versionLine is what --version prints: the commit envctl was built from
 // (with "-dirty" for uncommitted changes) and the Go version.
-func versionLine() string {
-	commit, dirty := "unknown", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, st := range bi.Settings {
-			switch st.Key {
-			case "vcs.revision":
-				commit = st.Value[:min(len(st.Value), 12)]
-			case "vcs.modified":
-				if st.Value == "true" {
-					dirty = "-dirty"
-				}
-			}
-		}
-	}
-	return fmt.Sprintf("envctl (commit %s%s, %s)", commit, dirty, runtime.Version())
-}
+func versionLine() string { return "envctl " + buildinfo.Describe() }

@@ -17,12 +17,11 @@ import (
 	"math"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/envd-dev/envd/internal/buildinfo"
 	"github.com/envd-dev/envd/internal/daemon"
 )
 
@@ -163,25 +162,7 @@ func usage(fs *flag.FlagSet) {
 
 // versionLine is what -version prints: envd's version, the commit it was
 // built from (with "-dirty" for uncommitted changes) and the Go version.
-func versionLine() string {
-	commit, dirty := "unknown", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				commit = s.Value
-				if len(commit) > 12 {
-					commit = commit[:12]
-				}
-			case "vcs.modified":
-				if s.Value == "true" {
-					dirty = "-dirty"
-				}
-			}
-		}
-	}
-	return fmt.Sprintf("envd %s (commit %s%s, %s)", daemon.Version, commit, dirty, runtime.Version())
-}
+func versionLine() string { return "envd " + daemon.Version + " " + buildinfo.Describe() }
 
 // readableDurations rounds every duration logged to three significant
 // digits ("1.23s", "45.7ms", "812µs"), as a person reads them, not

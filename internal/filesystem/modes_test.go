@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -22,24 +21,6 @@ import (
 
 // guest is a second unprivileged uid, with no account: DoStrict needs none.
 var guest = &identity.User{Name: "guest-test", UID: 54321, GID: 54321, Groups: []uint32{54321}, Home: "/nonexistent"}
-
-// sleeper starts a process that lives until the test ends, as root when
-// as is nil, and returns its pid.
-func sleeper(t *testing.T, as *identity.User) int {
-	t.Helper()
-	cmd := exec.Command("sleep", "1000")
-	if as != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: as.UID, Gid: as.GID}}
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	return cmd.Process.Pid
-}
 
 func wantKind(t *testing.T, err, kind error, subs ...string) {
 	t.Helper()
@@ -70,7 +51,7 @@ func TestStrictModeRootProcess(t *testing.T) {
 	strict := newEnv(t, filesystem.Options{StrictUsers: true})
 	def := newEnv(t, filesystem.Options{})
 	usr := testutil.User(t, "user")
-	pid := sleeper(t, nil)
+	pid := testutil.Sleeper(t, nil)
 	maps := fmt.Sprintf("/proc/%d/maps", pid)
 	cwd := fmt.Sprintf("/proc/%d/cwd", pid)
 
@@ -156,7 +137,7 @@ func TestStrictModeOtherUser(t *testing.T) {
 	secret := dir + "/user-secret"
 	testutil.WriteFile(t, secret, "user's", 0o600)
 	os.Chown(secret, int(usr.UID), int(usr.GID))
-	maps := fmt.Sprintf("/proc/%d/maps", sleeper(t, usr))
+	maps := fmt.Sprintf("/proc/%d/maps", testutil.Sleeper(t, usr))
 
 	_, err := e.files.Open(guest, secret)
 	wantKind(t, err, filesystem.ErrPermission, "user 'guest-test' may not read "+secret)

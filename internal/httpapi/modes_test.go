@@ -3,7 +3,6 @@ package httpapi_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -13,28 +12,13 @@ import (
 	"github.com/envd-dev/envd/internal/testutil"
 )
 
-// rootProcess starts a process as root (the test's own account) that lives
-// until the test ends, and returns its pid.
-func rootProcess(t *testing.T) int {
-	t.Helper()
-	cmd := exec.Command("sleep", "1000")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	return cmd.Process.Pid
-}
-
 // A root process's memory map, which `sudo -u user cat` may not read: the
 // strict mode refuses it to user, the default mode reads it as upstream.
 func TestProcOfRootProcess(t *testing.T) {
 	t.Parallel()
 	def := newEnv(t, envOpts{})
 	strict := newEnv(t, envOpts{strict: true})
-	maps := fmt.Sprintf("/proc/%d/maps", rootProcess(t))
+	maps := fmt.Sprintf("/proc/%d/maps", testutil.Sleeper(t, nil))
 
 	wantError(t, strict.do(t, "GET", "/files", q("path", maps, "username", "user"), nil, nil), 403,
 		"permission denied: user 'user' may not read "+maps)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,12 +19,7 @@ import (
 func TestDoStrictReadsNoRootProcMaps(t *testing.T) {
 	t.Parallel()
 	u := doUser(t)
-	cmd := exec.Command("sleep", "600")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	maps := fmt.Sprintf("/proc/%d/maps", cmd.Process.Pid)
+	maps := fmt.Sprintf("/proc/%d/maps", testutil.Sleeper(t, nil))
 	read := func() error { _, err := os.ReadFile(maps); return err }
 	if err := read(); err != nil {
 		t.Fatalf("as root: %v", err)

@@ -56,34 +56,32 @@ func (d *runtimeDirs) close() {
 // replaced.
 func (s *Supervisor) prepareDir() error {
 	dir := s.opts.RuntimeDir
+	var top *os.File
 	if dir == "" {
 		reclaimStale(s.log)
+		// The descriptor Create returns holds the directory's lock until
+		// Stop: a later envd removes the directory only once the lock is
+		// free (this process is gone); see reclaimStale.
 		d, lock, err := staledir.Create(tempPrefix)
 		if err != nil {
 			return fmt.Errorf("jupyter: create runtime dir: %w", err)
 		}
-		lock.Close() // locked again below, on the descriptor kept until Stop
-		dir, s.ownsDir = d, true
+		dir, top, s.ownsDir = d, lock, true
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("jupyter: create runtime dir: %w", err)
 	}
 	s.runtimeDir = dir
-	top, err := openDir(unix.AT_FDCWD, dir)
-	if err != nil {
-		return fmt.Errorf("jupyter: open runtime dir: %w", err)
+	if top == nil {
+		var err error
+		if top, err = openDir(unix.AT_FDCWD, dir); err != nil {
+			return fmt.Errorf("jupyter: open runtime dir: %w", err)
+		}
 	}
 	if err := checkPrivate(top); err != nil {
 		_ = top.Close() // and Stop leaves it alone
 		return fmt.Errorf("jupyter: runtime dir %s: %w", dir, err)
 	}
 	s.dirs.top = top
-	if s.ownsDir {
-		// Held until Stop: a later envd removes the directory only once
-		// the lock is free (this process is gone); see reclaimStale.
-		if err := unix.Flock(int(top.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			return fmt.Errorf("jupyter: lock runtime dir: %w", err)
-		}
-	}
 	topMode, uid, gid := uint32(0o700), os.Geteuid(), os.Getegid()
 	if u := s.opts.RunAs; u != nil {
 		topMode, uid, gid = 0o755, int(u.UID), int(u.GID)

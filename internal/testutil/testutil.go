@@ -373,3 +373,22 @@ func FirstWait(ctx context.Context, tb testing.TB, trap *quartz.Trap, done <-cha
 		return <-calls
 	}
 }
+
+// Sleeper starts a process that lives until the test ends (killed and
+// reaped at cleanup), as the test's own account when as is nil, else with
+// as's uid and gid, and returns its pid.
+func Sleeper(t testing.TB, as *identity.User) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "1000")
+	if as != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: as.UID, Gid: as.GID}}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start sleep: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd.Process.Pid
+}

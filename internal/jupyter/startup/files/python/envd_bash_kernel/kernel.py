@@ -71,6 +71,8 @@ import time
 import pexpect
 from ipykernel.kernelbase import Kernel
 
+from envd_kernel.replies import Replies
+
 __version__ = "1.0.0"
 
 _DIRECTIVE = re.compile(r"^#%envd[ \t]+([A-Za-z-]+)(?:[ \t]+(.*?))?[ \t]*$")
@@ -122,7 +124,7 @@ class DirectiveError(ValueError):
     pass
 
 
-class BashKernel(Kernel):
+class BashKernel(Replies, Kernel):
     implementation = "envd_bash_kernel"
     implementation_version = __version__
     language = "bash"
@@ -432,22 +434,6 @@ class BashKernel(Kernel):
     def _stream(self, name, text, silent):
         if not silent and text:
             self.send_response(self.iopub_socket, "stream", {"name": name, "text": text})
-
-    def _error(self, ename, evalue, traceback=None):
-        content = {"ename": ename, "evalue": evalue, "traceback": list(traceback or [])}
-        self.send_response(self.iopub_socket, "error", content)
-        reply = dict(content)
-        reply["status"] = "error"
-        reply["execution_count"] = self.execution_count
-        return reply
-
-    def _ok(self):
-        return {
-            "status": "ok",
-            "execution_count": self.execution_count,
-            "payload": [],
-            "user_expressions": {},
-        }
 
     def do_execute(
         self,

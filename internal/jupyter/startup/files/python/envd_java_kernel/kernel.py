@@ -70,6 +70,8 @@ import time
 
 from ipykernel.kernelbase import Kernel
 
+from envd_kernel.replies import Replies
+
 __version__ = "1.0.0"
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -257,7 +259,7 @@ class _Output:
         self.name, self.text, self.since = None, "", None
 
 
-class JavaKernel(Kernel):
+class JavaKernel(Replies, Kernel):
     implementation = "envd_java_kernel"
     implementation_version = __version__
     language = "java"
@@ -397,22 +399,6 @@ class JavaKernel(Kernel):
 
     # ------------------------------------------------------------------
     # Kernel API
-
-    def _error(self, ename, evalue, traceback=None):
-        content = {"ename": ename, "evalue": evalue, "traceback": list(traceback or [])}
-        self.send_response(self.iopub_socket, "error", content)
-        reply = dict(content)
-        reply["status"] = "error"
-        reply["execution_count"] = self.execution_count
-        return reply
-
-    def _ok(self):
-        return {
-            "status": "ok",
-            "execution_count": self.execution_count,
-            "payload": [],
-            "user_expressions": {},
-        }
 
     def do_execute(
         self,
