@@ -128,6 +128,11 @@ func routes(d *defaults.Defaults, logger *slog.Logger, blocked chan<- struct{}) 
 		{Pattern: "POST /public", Public: true, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			io.WriteString(w, "public ok")
 		})},
+		{Pattern: "POST /reason", Public: true, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// The body is left unread: WriteReason drains it.
+			server.WriteReason(w, r, http.StatusBadRequest, "text/plain; charset=utf-8", []byte("the body"),
+				"unsupported language \"cobol\";\n\tavailable: python é")
+		})},
 		{Pattern: "GET /panic", Public: true, Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 			panic("boom")
 		})},

@@ -260,7 +260,8 @@ plt.show()`)
     it('an unknown language is refused with a clear error', T, async () => {
       const err = await rejection(sbx.runCode('1', { language: 'cobol' }))
       assert.ok(err instanceof SandboxError, `got ${err}`)
-      assert.match(err.message, /400/)
+      // The SDK shows only `${status} ${statusText}`: envd's reason is there.
+      assert.match(err.message, /^400 unsupported language "cobol".*available languages: .*python/)
     })
   })
 

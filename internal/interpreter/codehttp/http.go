@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coder/quartz"
@@ -139,7 +140,7 @@ func (h *API) execute(w http.ResponseWriter, r *http.Request) {
 	req.Env, p = envField(fields, "env_vars")
 	problems = append(problems, p...)
 	if len(problems) > 0 {
-		writeValidation(w, problems)
+		writeValidation(w, r, problems)
 		return
 	}
 
@@ -150,7 +151,7 @@ func (h *API) execute(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil {
 			return // the client left
 		}
-		h.writeErr(w, err, req.ContextID, "Failed to create context")
+		h.writeErr(w, r, err, req.ContextID, "Failed to create context")
 		return
 	}
 	defer rd.Close()
@@ -243,7 +244,7 @@ func (h *API) listLanguages(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil {
 			return // the client left
 		}
-		h.writeErr(w, err, "", "Failed to list languages")
+		h.writeErr(w, r, err, "", "Failed to list languages")
 		return
 	}
 	writeJSON(w, http.StatusOK, langs)
@@ -257,14 +258,14 @@ func (h *API) createContext(w http.ResponseWriter, r *http.Request) {
 	cwd, _, p1 := stringField(fields, "cwd")
 	lang, _, p2 := stringField(fields, "language")
 	if problems := append(p1, p2...); len(problems) > 0 {
-		writeValidation(w, problems)
+		writeValidation(w, r, problems)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.readyWait)
 	defer cancel()
 	c, err := h.eng.CreateContext(ctx, lang, cwd)
 	if err != nil {
-		h.writeErr(w, err, "", "Failed to create context")
+		h.writeErr(w, r, err, "", "Failed to create context")
 		return
 	}
 	writeJSON(w, http.StatusOK, c.Info())
@@ -273,7 +274,7 @@ func (h *API) createContext(w http.ResponseWriter, r *http.Request) {
 func (h *API) removeContext(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := h.eng.RemoveContext(r.Context(), id); err != nil {
-		h.writeErr(w, err, id, "Failed to remove context "+id)
+		h.writeErr(w, r, err, id, "Failed to remove context "+id)
 		return
 	}
 	writeJSON(w, http.StatusOK, nil)
@@ -282,7 +283,7 @@ func (h *API) removeContext(w http.ResponseWriter, r *http.Request) {
 func (h *API) restartContext(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if _, err := h.eng.RestartContext(r.Context(), id); err != nil {
-		h.writeErr(w, err, id, "Failed to restart context "+id)
+		h.writeErr(w, r, err, id, "Failed to restart context "+id)
 		return
 	}
 	writeJSON(w, http.StatusOK, nil)
@@ -290,21 +291,27 @@ func (h *API) restartContext(w http.ResponseWriter, r *http.Request) {
 
 // writeErr maps engine errors to statuses (text bodies, as E2B's server),
 // in this one place.
-func (h *API) writeErr(w http.ResponseWriter, err error, id, what string) {
+func (h *API) writeErr(w http.ResponseWriter, r *http.Request, err error, id, what string) {
 	switch {
 	case errors.Is(err, interpreter.ErrContextNotFound):
-		writeText(w, http.StatusNotFound, "Context "+id+" not found")
+		writeReason(w, r, http.StatusNotFound, "Context "+id+" not found")
 	case errors.Is(err, interpreter.ErrContextAndLanguage):
-		writeText(w, http.StatusBadRequest, "Only one of context_id or language can be provided")
+		writeReason(w, r, http.StatusBadRequest, "Only one of context_id or language can be provided")
 	case errors.Is(err, interpreter.ErrUnsupportedLanguage), errors.Is(err, interpreter.ErrBadCwd),
 		errors.Is(err, interpreter.ErrBadEnv):
-		writeText(w, http.StatusBadRequest, err.Error())
+		writeReason(w, r, http.StatusBadRequest, err.Error())
 	case errors.Is(err, interpreter.ErrNotReady), errors.Is(err, interpreter.ErrClosed):
-		writeText(w, http.StatusServiceUnavailable, err.Error())
+		writeReason(w, r, http.StatusServiceUnavailable, err.Error())
 	default:
 		h.log.Warn("code request failed", "op", what, "error", err)
-		writeText(w, http.StatusInternalServerError, what+": "+err.Error())
+		writeReason(w, r, http.StatusInternalServerError, what+": "+err.Error())
 	}
+}
+
+// writeReason is writeText with msg also as the HTTP/1 reason phrase: the
+// code-interpreter SDK shows only the status line of an error answer.
+func writeReason(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	server.WriteReason(w, r, status, "text/plain; charset=utf-8", []byte(msg), msg)
 }
 
 func writeText(w http.ResponseWriter, status int, msg string) {
@@ -334,7 +341,7 @@ type fieldError struct {
 
 // writeValidation answers 422 with FastAPI's body shape:
 // {"detail": [{"type", "loc", "msg"}]}.
-func writeValidation(w http.ResponseWriter, problems []fieldError) {
+func writeValidation(w http.ResponseWriter, r *http.Request, problems []fieldError) {
 	type detail struct {
 		Type string   `json:"type"`
 		Loc  []string `json:"loc"`
@@ -346,7 +353,15 @@ func writeValidation(w http.ResponseWriter, problems []fieldError) {
 	for _, p := range problems {
 		out.Detail = append(out.Detail, detail{Type: p.typ, Loc: p.loc, Msg: p.msg})
 	}
-	writeJSON(w, http.StatusUnprocessableEntity, out)
+	b, err := json.Marshal(out)
+	if err != nil {
+		writeText(w, http.StatusInternalServerError, "encode response: "+err.Error())
+		return
+	}
+	// The phrase names the first problem, as a person reads it.
+	p := problems[0]
+	server.WriteReason(w, r, http.StatusUnprocessableEntity, "application/json", b,
+		"invalid request: "+strings.Join(p.loc, ".")+": "+p.msg)
 }
 
 // readObject reads a JSON object body; an empty body is {}. On a problem
@@ -375,11 +390,11 @@ func readObject(w http.ResponseWriter, r *http.Request) (map[string]json.RawMess
 		} else if _, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 			typ, msg = "model_attributes_type", "Input should be a valid dictionary or object to extract fields from"
 		}
-		writeValidation(w, []fieldError{{loc: loc, typ: typ, msg: msg}})
+		writeValidation(w, r, []fieldError{{loc: loc, typ: typ, msg: msg}})
 		return nil, false
 	}
 	if fields == nil { // the body was null
-		writeValidation(w, []fieldError{{loc: []string{"body"}, typ: "model_attributes_type",
+		writeValidation(w, r, []fieldError{{loc: []string{"body"}, typ: "model_attributes_type",
 			msg: "Input should be a valid dictionary or object to extract fields from"}})
 		return nil, false
 	}
