@@ -297,7 +297,7 @@ func TestInstallJava(t *testing.T) {
 	if err := json.Unmarshal(b, &ks); err != nil {
 		t.Fatal(err)
 	}
-	if want := startup.DefaultPython + " -m envd_java_kernel -f {connection_file}"; strings.Join(ks.Argv, " ") != want ||
+	if want := startup.DefaultPython + " -P -m envd_java_kernel -f {connection_file}"; strings.Join(ks.Argv, " ") != want ||
 		ks.Language != "java" || ks.InterruptMode != "signal" ||
 		ks.Env["PYTHONPATH"] != l.PythonPath || ks.Env["ENVD_JAVA"] != l.Java {
 		t.Errorf("kernelspec: %s", b)

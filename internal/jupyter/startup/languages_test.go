@@ -337,7 +337,7 @@ func TestInstall(t *testing.T) {
 	if err := json.Unmarshal(b, &spec); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{startup.DefaultPython, "-m", "envd_bash_kernel", "-f", "{connection_file}"}; strings.Join(spec.Argv, " ") != strings.Join(want, " ") {
+	if want := []string{startup.DefaultPython, "-P", "-m", "envd_bash_kernel", "-f", "{connection_file}"}; strings.Join(spec.Argv, " ") != strings.Join(want, " ") {
 		t.Errorf("argv %v", spec.Argv)
 	}
 	if spec.Env["PYTHONPATH"] != l.PythonPath {

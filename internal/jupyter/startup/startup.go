@@ -247,6 +247,9 @@ func InstallWith(dir string, opts Options) (Layout, error) {
 		l.JavaKernelSpec = filepath.Join(abs, "kernels", JavaKernelName, "kernel.json")
 		l.Java = java
 	}
+	if err := addRKernel(want); err != nil {
+		return Layout{}, err
+	}
 	if err := addPythonKernel(want, opts); err != nil {
 		return Layout{}, err
 	}
@@ -306,6 +309,7 @@ func openInstallRoot(dir string) (*os.Root, error) {
 // there that Install did not write are leftovers of an older version.
 var ownedDirs = []string{
 	"kernels/" + PythonKernelName,
+	"kernels/" + RKernelName,
 	"python/envd_kernel",
 	"python/envd_bash_kernel",
 	"python/envd_java_kernel",
@@ -505,7 +509,7 @@ type kernelSpec struct {
 
 func bashKernelSpec(python, pythonPath string) ([]byte, error) {
 	b, err := json.MarshalIndent(kernelSpec{
-		Argv:          []string{python, "-m", "envd_bash_kernel", "-f", "{connection_file}"},
+		Argv:          []string{python, safePath, "-m", "envd_bash_kernel", "-f", "{connection_file}"},
 		DisplayName:   "Bash",
 		Language:      "bash",
 		InterruptMode: "signal",
@@ -540,7 +544,7 @@ func findJava(jshell string) string {
 
 func javaKernelSpec(python, pythonPath, java string) ([]byte, error) {
 	b, err := json.MarshalIndent(kernelSpec{
-		Argv:          []string{python, "-m", "envd_java_kernel", "-f", "{connection_file}"},
+		Argv:          []string{python, safePath, "-m", "envd_java_kernel", "-f", "{connection_file}"},
 		DisplayName:   "Java",
 		Language:      "java",
 		InterruptMode: "signal",

@@ -41,7 +41,7 @@ print(json.dumps({"dir": s.resource_dir, "argv": s.argv, "language": s.language}
 
 // TestPythonVenvKernelSpec: with a venv, the python3 kernelspec Jupyter
 // resolves is ours and runs the venv's python; installing again without
-// one removes it, and Debian's is back.
+// one, it runs Debian's (still ours: -P, see rkernel.go).
 func TestPythonVenvKernelSpec(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -52,19 +52,16 @@ func TestPythonVenvKernelSpec(t *testing.T) {
 	}
 	specDir := filepath.Join(dir, "kernels", startup.PythonKernelName)
 	gotDir, argv := resolvePython3(t, l.JupyterPath)
-	if want := []string{venv + "/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"}; gotDir != specDir || !slices.Equal(argv, want) {
+	if want := []string{venv + "/bin/python", "-P", "-m", "ipykernel_launcher", "-f", "{connection_file}"}; gotDir != specDir || !slices.Equal(argv, want) {
 		t.Fatalf("python3 kernelspec: %s %q, want %s %q", gotDir, argv, specDir, want)
 	}
 
 	if _, err := startup.InstallWith(dir, startup.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(specDir, "kernel.json")); !os.IsNotExist(err) {
-		t.Fatalf("python3 kernelspec left after an install without venv: %v", err)
-	}
 	gotDir, argv = resolvePython3(t, l.JupyterPath)
-	if gotDir == specDir || len(argv) == 0 || argv[0] == venv+"/bin/python" {
-		t.Fatalf("without venv, python3 is still ours: %s %q", gotDir, argv)
+	if want := []string{startup.DefaultPython, "-P", "-m", "ipykernel_launcher", "-f", "{connection_file}"}; gotDir != specDir || !slices.Equal(argv, want) {
+		t.Fatalf("without venv: python3 kernelspec %s %q, want %s %q", gotDir, argv, specDir, want)
 	}
 }
 

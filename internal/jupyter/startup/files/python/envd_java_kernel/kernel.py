@@ -86,7 +86,9 @@ _MAX_REPLAY = 10000
 
 # The agent JVM compiles snippets (javac): C1 only warms it up fastest.
 # No hsperfdata files in /tmp (-XX:-UsePerfData) for either JVM.
-_AGENT_OPTS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-Xss4m"]
+# Its class path is its own directory, never the working directory (".",
+# the default), which sandbox code may write.
+_AGENT_OPTS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-Xss4m", "-cp", _HERE]
 # The JVM that runs user code.
 _REMOTE_OPTS = [
     "-XX:-UsePerfData",

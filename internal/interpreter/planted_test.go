@@ -1,0 +1,76 @@
+package interpreter_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestKernelsIgnorePlantedStartupFiles: a kernel starts in its context's
+// working directory, which sandbox code may write, and envd may run it as
+// root. What a language would read from there while starting (python -m's
+// sys.path[0], R's .Rprofile, .Renviron and .RData, the Java agent's class
+// path) must not run; modules beside the code still import once it runs.
+func TestKernelsIgnorePlantedStartupFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	marker := func(name string) string { return filepath.Join(dir, "ran-"+name) }
+	plant := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []string{"ipykernel_launcher", "json", "envd_bash_kernel", "envd_java_kernel"} {
+		plant(m+".py", "open("+pyQuote(marker(m))+", 'w').close()\n")
+	}
+	plant("helper.py", "VALUE = 42\n")
+	plant(".Rprofile", "file.create("+pyQuote(marker("Rprofile"))+")\n")
+	plant(".Renviron", "ENVD_PLANTED=yes\n")
+	// A workspace whose .First runs when R restores it.
+	rdata := exec.Command("Rscript", "--no-init-file", "--no-environ", "-e", ".First <- function() file.create("+pyQuote(marker("RData"))+"); save.image('.RData')")
+	rdata.Dir = dir
+	if out, err := rdata.CombinedOutput(); err != nil {
+		t.Fatalf("make .RData: %v\n%s", err, out)
+	}
+	// A compiled EnvdJShell in "." would win over the agent's own source.
+	plant("EnvdJShell.java", "public class EnvdJShell { public static void main(String[] a) throws Exception {"+
+		" new java.io.File("+pyQuote(marker("java"))+").createNewFile(); } }\n")
+	javac := exec.Command("javac", "-d", dir, filepath.Join(dir, "EnvdJShell.java"))
+	if out, err := javac.CombinedOutput(); err != nil {
+		t.Fatalf("javac: %v\n%s", err, out)
+	}
+	if err := os.Remove(filepath.Join(dir, "EnvdJShell.java")); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct{ lang, code, want string }{
+		{"python", "import helper\nprint(helper.VALUE)", "42\n"},
+		{"r", `cat(Sys.getenv("ENVD_PLANTED", "unset"), exists(".First"), "\n")`, "unset FALSE \n"},
+		{"bash", "echo ok", "ok\n"},
+		{"java", `System.out.println("ok")`, "ok\n"},
+	} {
+		t.Run(tc.lang, func(t *testing.T) {
+			c := newContext(t, tc.lang, dir)
+			if got := run(t, c.ID, tc.code).mustOK(t).out(); got != tc.want {
+				t.Errorf("stdout %q, want %q", got, tc.want)
+			}
+		})
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "ran-") {
+			t.Errorf("a planted file ran while a kernel started: %s", e.Name())
+		}
+	}
+}
+
+// pyQuote quotes s for Python, R and Java alike (a double-quoted string).
+func pyQuote(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+}
