@@ -372,4 +372,3 @@ func TestApt(t *testing.T) {
 		t.Errorf("remove again: %s", o)
 	}
 }
-
