@@ -261,7 +261,7 @@ const listTimeout = 2 * time.Minute
 // the returned Op. ctx's deadline is the operation's (MaxDuration without
 // one); ctx's end before the operation's turn comes drops it.
 func (in *Installer) Install(ctx context.Context, req InstallRequest) (*Op, error) {
-	p, err := in.planInstall(req)
+	p, err := in.planInstall(ctx, req)
 	if err != nil {
 		return nil, err
 	}

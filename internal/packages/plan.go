@@ -13,7 +13,7 @@ import (
 const checkTimeout = 30 * time.Second
 
 // planInstall checks req, and returns what installing takes.
-func (in *Installer) planInstall(req InstallRequest) (*plan, error) {
+func (in *Installer) planInstall(ctx context.Context, req InstallRequest) (*plan, error) {
 	m := req.Manager
 	if err := validateManager(m); err != nil {
 		return nil, err
@@ -44,7 +44,7 @@ func (in *Installer) planInstall(req InstallRequest) (*plan, error) {
 	}
 	var src *source
 	if req.Source != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+		ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 		defer cancel()
 		var err error
 		if src, err = in.checkSource(ctx, m, req.User, req.Source); err != nil {

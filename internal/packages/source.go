@@ -49,7 +49,7 @@ func (in *Installer) checkSource(ctx context.Context, m Manager, u *identity.Use
 	if err != nil {
 		return nil, err
 	}
-	fi, err := os.Stat(p)
+	fi, err := in.stat(u, p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, errorf(ErrInvalid, "source %s: no such file or directory", p)
@@ -159,16 +159,33 @@ func (in *Installer) fromArchive(u *identity.User, p, name string) ([]byte, erro
 // open opens p for reading: as u with strict users (a file u may not read
 // is not read for it), else as envd.
 func (in *Installer) open(u *identity.User, p string) (*os.File, error) {
-	if !in.opts.StrictUsers || u == nil {
-		return os.Open(p)
-	}
 	var f *os.File
-	err := u.DoStrict(func() error {
+	err := in.asUser(u, func() error {
 		var err error
 		f, err = os.Open(p)
 		return err
 	})
 	return f, err
+}
+
+// stat stats p: as u with strict users (u learns nothing of a path it may
+// not reach), else as envd.
+func (in *Installer) stat(u *identity.User, p string) (fs.FileInfo, error) {
+	var fi fs.FileInfo
+	err := in.asUser(u, func() error {
+		var err error
+		fi, err = os.Stat(p)
+		return err
+	})
+	return fi, err
+}
+
+// asUser runs fn with exactly u's rights with strict users, else as envd.
+func (in *Installer) asUser(u *identity.User, fn func() error) error {
+	if !in.opts.StrictUsers || u == nil {
+		return fn()
+	}
+	return u.DoStrict(fn)
 }
 
 // dcf parses the fields of a Debian control file (R's DESCRIPTION):

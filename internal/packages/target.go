@@ -51,23 +51,24 @@ func (in *Installer) target(m Manager, u *identity.User, dir string, change bool
 			return nil, err
 		}
 		t.exe = npm
+		what := "dir " + dir
 		if dir == "" {
 			du, err := in.defaultUser()
 			if err != nil {
 				return nil, err
 			}
-			dir = du.Home
+			dir, what = du.Home, "the default user's home "+du.Home+" (npm's default dir)"
 		} else if dir, err = validatePath("dir", dir); err != nil {
 			return nil, err
 		}
-		fi, err := os.Stat(dir)
+		fi, err := in.stat(u, dir)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			return nil, errorf(ErrInvalid, "dir %s: no such directory", dir)
+			return nil, errorf(ErrInvalid, "%s: no such directory", what)
 		case err != nil:
-			return nil, errorf(ErrInvalid, "dir %s: %v", dir, bare(err))
+			return nil, errorf(ErrInvalid, "%s: %v", what, bare(err))
 		case !fi.IsDir():
-			return nil, errorf(ErrInvalid, "dir %s: not a directory", dir)
+			return nil, errorf(ErrInvalid, "%s: not a directory", what)
 		}
 		t.where = dir
 	case R:
