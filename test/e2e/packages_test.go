@@ -82,7 +82,9 @@ func TestPackages(t *testing.T) {
 	r := envctl(t, nil, nil, addr, "pkg", "ls", "--json")
 	var listed []map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &listed); r.code != 0 || err != nil ||
-		!slices.ContainsFunc(listed, func(p map[string]any) bool { return p["name"] == dist && p["version"] == "2.0.0" && p["system"] == false }) {
+		!slices.ContainsFunc(listed, func(p map[string]any) bool {
+			return p["name"] == dist && p["version"] == "2.0.0" && p["system"] == false
+		}) {
 		t.Errorf("pkg ls --json: %+v %v", r, err)
 	}
 	r = envctl(t, nil, nil, addr, "pkg", "add", "--source", wheels, dist+"==1.0.0")
