@@ -274,6 +274,20 @@ func TestR(t *testing.T) {
 	if o := remove(t, c, owner.Name, &pb.RemoveRequest{Manager: R, Names: []string{name}}); connect.CodeOf(o.err) != connect.CodeNotFound {
 		t.Errorf("remove again: %s", o)
 	}
+
+	// A package no repository has (none is reachable here, or CRAN has no
+	// such package): install.packages only warns; envd fails with R's words.
+	o = install(t, c, owner.Name, &pb.InstallRequest{Manager: R, Packages: pip("envdNoSuchPkg")})
+	if connect.CodeOf(o.err) != connect.CodeFailedPrecondition || !strings.Contains(o.err.Error(), "Rscript failed (exit status 1):") ||
+		!strings.Contains(o.err.Error(), "envdNoSuchPkg") || !strings.Contains(o.err.Error(), "not available") {
+		t.Errorf("no such package: %s", o)
+	}
+	// Installed already (R's own), without upgrade: nothing to do.
+	o = install(t, c, owner.Name, &pb.InstallRequest{Manager: R, Packages: pip("stats")})
+	ok(t, "install stats", o)
+	if len(o.done.GetChanges()) != 0 {
+		t.Errorf("install stats: %v", o.changes())
+	}
 }
 
 // TestNpm: local npm tarballs, packed by the test, are installed into a
