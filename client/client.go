@@ -1,7 +1,7 @@
 // Package client is the Go client of envd, the agent inside a sandbox: it
 // starts processes and streams their output, moves files in and out, runs
-// code in stateful contexts, and reads the health and metrics of the
-// sandbox.
+// code in stateful contexts, manages the sandbox's packages (pip, npm, R,
+// apt), and reads the health and metrics of the sandbox.
 //
 // A Client reaches envd over TCP, a unix socket, AF_VSOCK, or the host side
 // of a Firecracker vsock device (see Dialer). The zero Client talks to
@@ -36,6 +36,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/envd-dev/envd/gen/envd/interpreter/v1/interpreterv1connect"
+	"github.com/envd-dev/envd/gen/envd/packages/v1/packagesv1connect"
 	"github.com/envd-dev/envd/gen/filesystem/filesystemconnect"
 	"github.com/envd-dev/envd/gen/process/processconnect"
 )
@@ -83,6 +84,7 @@ type Client struct {
 	proc   processconnect.ProcessClient
 	fs     filesystemconnect.FilesystemClient
 	code   interpreterv1connect.InterpreterServiceClient
+	pkgs   packagesv1connect.PackageServiceClient
 
 	connsMu sync.Mutex
 	conns   map[*trackedConn]struct{} // guarded by connsMu: open connections
@@ -188,6 +190,7 @@ func (c *Client) init() {
 		c.proc = processconnect.NewProcessClient(c.rpcHC, c.base, opts...)
 		c.fs = filesystemconnect.NewFilesystemClient(c.rpcHC, c.base, opts...)
 		c.code = interpreterv1connect.NewInterpreterServiceClient(c.rpcHC, c.base, opts...)
+		c.pkgs = packagesv1connect.NewPackageServiceClient(c.rpcHC, c.base, opts...)
 	})
 }
 

@@ -278,3 +278,47 @@ func ExampleClient_Languages() {
 	// javascript runs on deno aliases [js deno]
 	// typescript runs on deno aliases [ts]
 }
+
+func ExampleClient_ListPackages() {
+	ctx := context.Background()
+	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR")})
+	defer c.Close()
+
+	l, err := c.ListPackages(ctx, client.ManagerApt, client.PackageOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, p := range l.Packages {
+		if p.Name == "dpkg" {
+			fmt.Println("dpkg is installed:", p.Version != "")
+		}
+	}
+	// Output:
+	// dpkg is installed: true
+}
+
+// InstallPackages streams the installer's output; envd's answer, a
+// refusal included, comes from Wait (or Events).
+func ExampleClient_InstallPackages() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // the installer's deadline
+	defer cancel()
+	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR")})
+	defer c.Close()
+
+	op, err := c.InstallPackages(ctx, client.ManagerPip,
+		[]client.PackageSpec{{Name: "pandas", Version: "2.2.3"}}, // a pin: installed over Debian's pandas
+		client.InstallOptions{Stdout: os.Stdout, Stderr: os.Stderr})
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := op.Wait()
+	if err != nil {
+		log.Fatal(err) // pip's exit status and its last lines
+	}
+	for _, ch := range res.Changes {
+		fmt.Println(ch)
+	}
+	for _, s := range res.Stale {
+		fmt.Printf("context %s: %s\n", s.ContextID, s.Message)
+	}
+}

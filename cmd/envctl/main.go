@@ -1,14 +1,17 @@
 // Command envctl talks to envd, the agent inside a sandbox, to debug it: run
 // commands, copy files both ways, watch directories, run code in stateful
-// contexts, check health and metrics. It reaches envd over TCP, a unix
-// socket, AF_VSOCK, or the host side of a Firecracker vsock device, through
-// the client package (and internal/buildinfo for its -version line).
+// contexts, manage packages (pip, npm, R, apt), check health and metrics.
+// It reaches envd over TCP, a unix socket, AF_VSOCK, or the host side of a
+// Firecracker vsock device, through the client package (and
+// internal/buildinfo for its -version line).
 //
 // Run `envctl help` for the commands. Errors are one line on stderr. Exit
 // codes follow docker's: `envctl run` exits with the process's code (128+N
 // when signal N ended it), 127 when the command does not exist, 126 when it
 // cannot be run (not executable, a working directory it cannot use), and
-// 125 when envctl itself or the way to envd failed.
+// 125 when envctl itself or the way to envd failed. `envctl pkg` exits 1
+// when the operation failed in the sandbox (the installer failed, a package
+// to remove is not installed, the installer was killed at the deadline).
 package main
 
 import (
@@ -42,7 +45,7 @@ type command struct {
 var commands = []*command{
 	runCommand, psCommand, killCommand,
 	lsCommand, catCommand, cpCommand, watchCommand,
-	execCodeCommand, languagesCommand,
+	execCodeCommand, languagesCommand, pkgCommand,
 	healthCommand, metricsCommand, envsCommand,
 }
 

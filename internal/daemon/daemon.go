@@ -25,6 +25,7 @@ import (
 	"github.com/envd-dev/envd/internal/filesystem"
 	"github.com/envd-dev/envd/internal/httpapi"
 	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/packages"
 	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/reaper"
 	"github.com/envd-dev/envd/internal/server"
@@ -147,6 +148,7 @@ type parts struct {
 	procs *process.Manager
 	files *filesystem.Files
 	code  *codeExec
+	pkgs  *packages.Installer
 	main  http.Handler // every route, for the main port, vsock and the unix socket
 }
 
@@ -183,6 +185,13 @@ func newParts(cfg Config, user string) (*parts, error) {
 	}
 	p.code = code
 	routes = append(routes, code.routes()...)
+	pkgs, pkgRoute, err := newPackages(cfg, log, defs, code)
+	if err != nil {
+		p.cleanup()
+		return nil, err
+	}
+	p.pkgs = pkgs
+	routes = append(routes, pkgRoute)
 	if p.main, err = server.New(server.Options{Logger: log, Token: p.token, Routes: routes}); err != nil {
 		p.cleanup()
 		return nil, fmt.Errorf("build routes: %w", err)
@@ -269,8 +278,9 @@ func serve(ctx context.Context, lns []listener, log *slog.Logger) *serving {
 
 // shutdown stops envd in order, graceful then hard:
 //  1. stop accepting: close every listener; requests in flight go on;
-//  2. stop code execution and every child, TERM then KILL after
-//     ShutdownGrace; process streams then deliver their output and end;
+//  2. stop package operations (their installers are killed), code
+//     execution and every child, TERM then KILL after ShutdownGrace;
+//     process streams then deliver their output and end;
 //  3. stop the watchers;
 //  4. wait up to StreamGrace for every request to end by itself;
 //  5. cancel the requests still running, wait up to hardGrace for them to
@@ -294,6 +304,7 @@ func (p *parts) shutdown(s *serving) error {
 	}()
 	s.accepting.Wait()
 
+	closePackages(p.pkgs, log)
 	p.stopChildren()
 	p.files.Close()
 

@@ -1,0 +1,169 @@
+package packages_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/quartz"
+	"go.uber.org/goleak"
+
+	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/packages"
+	"github.com/envd-dev/envd/internal/packages/pkgtest"
+	"github.com/envd-dev/envd/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func testLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// hangingIndex is a package index that accepts connections and never
+// answers: pip waits on it until it is killed. It returns the index's URL
+// and a channel that receives each connection's end (pip gone).
+func hangingIndex(t *testing.T) (url string, accepted <-chan net.Conn, closed <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := make(chan net.Conn, 1)
+	gone := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			acc <- c
+			go func() {
+				io.Copy(io.Discard, c) // until pip's end closes it
+				c.Close()
+				gone <- struct{}{}
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return "http://" + ln.Addr().String() + "/simple", acc, gone
+}
+
+// hanging returns an Installer whose pip waits on a hanging index, and
+// the index's channels.
+func hanging(t *testing.T, owner *identity.User, venv string, clock quartz.Clock) (*packages.Installer, <-chan net.Conn, <-chan struct{}) {
+	url, acc, gone := hangingIndex(t)
+	in := packages.New(packages.Options{
+		Logger: testLogger(), PythonVenv: venv, Clock: clock,
+		DefaultUser: func() (*identity.User, error) { return owner, nil },
+		Env: func() map[string]string {
+			return map[string]string{"PIP_INDEX_URL": url, "PIP_TIMEOUT": "3600", "PIP_RETRIES": "0"}
+		},
+	})
+	t.Cleanup(func() { in.Close(context.Background()) })
+	return in, acc, gone
+}
+
+// TestInstallerKilled: an installer still running at the request's
+// deadline is killed, its whole process group, and the operation says so;
+// so is one running when the Installer closes (envd shuts down). The
+// deadline is timed by the Installer's clock.
+func TestInstallerKilled(t *testing.T) {
+	t.Parallel()
+	owner := pkgtest.Owner(t)
+	venv := pkgtest.Venv(t, owner)
+	req := packages.InstallRequest{Manager: packages.PIP, Packages: []packages.Spec{{Name: "envd-pkgtest-hang"}}, User: owner}
+
+	t.Run("at the deadline", func(t *testing.T) {
+		t.Parallel()
+		clock := quartz.NewMock(t)
+		in, accepted, gone := hanging(t, owner, venv, clock)
+		// The deadline is an hour away: only the mock clock reaches it.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		op, err := in.Install(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.RequireReceive(t, accepted) // pip is waiting on the index
+		if d, w := clock.AdvanceNext(); d < 59*time.Minute {
+			t.Fatalf("the next timer was %v away, not the deadline", d)
+		} else {
+			w.MustWait(testutil.Context(t, testutil.Wait))
+		}
+		testutil.RequireClosed(t, op.Done(), "the operation's end")
+		testutil.RequireReceive(t, gone) // pip's connection closed: pip is dead
+		_, err = op.Result()
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "pip install was killed at the request's deadline") {
+			t.Fatalf("result: %v", err)
+		}
+	})
+
+	t.Run("at close", func(t *testing.T) {
+		t.Parallel()
+		in, accepted, gone := hanging(t, owner, venv, nil)
+		op, err := in.Install(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.RequireReceive(t, accepted)
+		if err := in.Close(testutil.Context(t, testutil.Wait)); err != nil {
+			t.Fatal(err)
+		}
+		testutil.RequireClosed(t, op.Done(), "the operation's end")
+		testutil.RequireReceive(t, gone)
+		if _, err := op.Result(); !errors.Is(err, packages.ErrUnavailable) || !strings.Contains(err.Error(), "pip install was killed: envd is shutting down") {
+			t.Fatalf("result: %v", err)
+		}
+		if _, err := in.Install(context.Background(), req); !errors.Is(err, packages.ErrUnavailable) {
+			t.Fatalf("install after close: %v", err)
+		}
+	})
+}
+
+// TestOneOperationAtATime: an operation waits while another of its
+// manager runs, runs once that one ends, and is dropped (with nothing run)
+// if its caller stops waiting first.
+func TestOneOperationAtATime(t *testing.T) {
+	t.Parallel()
+	owner := pkgtest.Owner(t)
+	venv := pkgtest.Venv(t, owner)
+	in := packages.New(packages.Options{Logger: testLogger(), PythonVenv: venv, DefaultUser: func() (*identity.User, error) { return owner, nil }})
+	t.Cleanup(func() { in.Close(context.Background()) })
+	req := packages.RemoveRequest{Manager: packages.PIP, Names: []string{"envd-pkgtest-absent"}, User: owner}
+
+	release := packages.HoldTurn(in, packages.PIP)
+	ctx, cancel := context.WithCancel(context.Background())
+	op, err := in.Remove(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.RequireOpen(t, op.Done(), "the waiting operation's end")
+	cancel()
+	testutil.RequireClosed(t, op.Done(), "the dropped operation's end")
+	if _, err := op.Result(); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "pip: gave up waiting for another pip operation to end") {
+		t.Fatalf("dropped: %v", err)
+	}
+	if n := op.Output().End(); n != 0 {
+		t.Errorf("the dropped operation wrote %d bytes: it ran", n)
+	}
+
+	op, err = in.Remove(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.RequireOpen(t, op.Done(), "the waiting operation's end")
+	release()
+	testutil.RequireClosed(t, op.Done(), "the operation's end")
+	if _, err := op.Result(); !errors.Is(err, packages.ErrNotFound) {
+		t.Fatalf("after its turn came: %v", err)
+	}
+}
