@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/envd-dev/envd/internal/defaults"
+	"github.com/envd-dev/envd/internal/interpreter"
 	"github.com/envd-dev/envd/internal/packages"
 	"github.com/envd-dev/envd/internal/packages/pkgconnect"
 	"github.com/envd-dev/envd/internal/server"
@@ -36,18 +37,16 @@ func newPackages(cfg Config, log *slog.Logger, defs *defaults.Defaults, code *co
 	return in, server.Route{Pattern: path, Handler: h}, nil
 }
 
+// The code engine answers which contexts loaded a package.
+var _ packages.Kernels = (*interpreter.Engine)(nil)
+
 // kernels is the code engine as the packages service asks it which
-// contexts loaded a package; nil without code execution, or while the
-// engine does not answer that.
+// contexts loaded a package; nil without code execution.
 func (c *codeExec) kernels() packages.Kernels {
 	if c.eng == nil {
 		return nil
 	}
-	if k, ok := any(c.eng).(packages.Kernels); ok {
-		return k
-	}
-	c.log.Info("the code engine cannot tell which contexts loaded a package: package changes will not mark contexts stale")
-	return nil
+	return c.eng
 }
 
 // closePackages kills the package installers still running and waits for

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/envd-dev/envd/internal/jupyter"
@@ -27,15 +28,17 @@ func (e *Engine) Notice(id, text string) error {
 var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*$`)
 
 // Loaded reports, for each context whose kernel runs envd's code for lang
-// ("python" or "r") and is running now, which of modules it has loaded
+// ("python" or "r") and is running now, which of modules (Python module
+// names, R package names; others are ignored) it has loaded
 // (Python: sys.modules; R: loadedNamespaces()). Contexts busy running code
 // until ctx ends are left out, as are those whose kernel cannot answer:
 // Loaded asks each one in turn, behind the code already queued there.
 func (e *Engine) Loaded(ctx context.Context, lang string, modules []string) (map[string][]string, error) {
-	for _, m := range modules {
-		if !moduleName.MatchString(m) {
-			return nil, fmt.Errorf("interpreter: bad module name %q", m)
-		}
+	// A name no import could give (a stray top_level.txt line) is left
+	// out, never put in code.
+	modules = slices.DeleteFunc(slices.Clone(modules), func(m string) bool { return !moduleName.MatchString(m) })
+	if len(modules) == 0 {
+		return map[string][]string{}, nil
 	}
 	list, err := json.Marshal(modules)
 	if err != nil {

@@ -111,3 +111,83 @@ func TestPackages(t *testing.T) {
 		t.Errorf("pkg add without an index: %+v", r)
 	}
 }
+
+// TestPackagesStaleContext: a package upgraded through the API after a
+// context imported it: the result names the context, and the context's
+// next execution begins with the notice (the Go client's Notices); a
+// context that never imported it is not told.
+func TestPackagesStaleContext(t *testing.T) {
+	t.Parallel()
+	owner := pkgtest.Owner(t)
+	venv := pkgtest.Venv(t, owner)
+	wheels := pkgtest.Dir(t, owner)
+	const dist, module = "envd-e2e-stale", "envd_e2e_stale"
+	pkgtest.Wheel(t, wheels, dist, "1.0.0", module)
+	pkgtest.Wheel(t, wheels, dist, "2.0.0", module)
+	e := startEnvd(t, startOptions{jupyter: true, env: []string{"ENVD_PYTHON_VENV=" + venv}})
+	c := client.New(client.Options{Addr: e.url, User: owner.Name})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), codeTimeout)
+	defer cancel()
+
+	install := func(version string, upgrade bool) *client.PackageResult {
+		t.Helper()
+		op, err := c.InstallPackages(ctx, client.ManagerPip, []client.PackageSpec{{Name: dist, Version: version}}, client.InstallOptions{Source: wheels, Upgrade: upgrade})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := op.Wait()
+		if err != nil {
+			t.Fatalf("install %s: %v\n%s", version, err, e.stderr)
+		}
+		return res
+	}
+	exec := func(id, code string) *client.ExecResult {
+		t.Helper()
+		x, err := c.Execute(ctx, code, client.ExecOptions{ContextID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := x.Wait()
+		if err != nil || res.Reason != client.EndOK {
+			t.Fatalf("%q: %+v, %v", code, res, err)
+		}
+		return res
+	}
+	install("1.0.0", false)
+	user, err := c.CreateContext(ctx, client.ContextOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.CreateContext(ctx, client.ContextOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := exec(user.ID, "import "+module+"\nprint("+module+".VERSION)").Stdout; out != "1.0.0\n" {
+		t.Fatalf("imported version %q", out)
+	}
+	exec(other.ID, "1")
+
+	res := install("2.0.0", true)
+	if len(res.Stale) != 1 || res.Stale[0].ContextID != user.ID || !slices.Equal(res.Stale[0].Modules, []string{module}) ||
+		!strings.Contains(res.Stale[0].Message, dist+" changed from 1.0.0 to 2.0.0") {
+		t.Fatalf("stale contexts %+v", res.Stale)
+	}
+	got := exec(user.ID, "print("+module+".VERSION)")
+	if len(got.Notices) != 1 || got.Notices[0].Kind != client.NoticePackagesChanged || got.Notices[0].Text != res.Stale[0].Message {
+		t.Errorf("notices %+v, want the stale message", got.Notices)
+	}
+	if got.Stdout != "1.0.0\n" { // until the context is restarted
+		t.Errorf("stdout %q", got.Stdout)
+	}
+	if n := exec(other.ID, "1").Notices; len(n) != 0 {
+		t.Errorf("a context that never imported it got %+v", n)
+	}
+	// Restarted, it loads the new version.
+	if _, err := c.RestartContext(ctx, user.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out := exec(user.ID, "import "+module+"\nprint("+module+".VERSION)"); out.Stdout != "2.0.0\n" || len(out.Notices) != 0 {
+		t.Errorf("after a restart: %+v", out)
+	}
+}
