@@ -182,9 +182,25 @@ func (e *Engine) Start() {
 // Ready is closed once the default Python context has been created.
 func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
+// serverFailing is ErrNotReady with the cause while the Jupyter server
+// fails to start (or the one given does not answer): requests are answered
+// at once with why, rather than after waiting for a server that is not
+// coming. nil otherwise, including while a server starts for the first
+// time or after a crash.
+func (e *Engine) serverFailing() error {
+	st := e.sup.Status()
+	if st.State == jupyter.ServerReady || !st.StartFailing || st.Err == nil {
+		return nil
+	}
+	return newErr(ErrNotReady, st.Err, "%s: the Jupyter server is not running: %v", ErrNotReady.Error(), st.Err)
+}
+
 // Health returns nil when code can run at once: the default Python context
 // exists and the Jupyter server is up. Otherwise it says why not.
 func (e *Engine) Health() error {
+	if err := e.serverFailing(); err != nil {
+		return err
+	}
 	select {
 	case <-e.ready:
 	default:
@@ -398,6 +414,9 @@ func (e *Engine) CreateContext(ctx context.Context, language, cwd string) (*Cont
 	if err != nil {
 		return nil, err
 	}
+	if err := e.serverFailing(); err != nil {
+		return nil, err
+	}
 	cr := e.newCreation(lang)
 	c, err := e.createContext(ctx, cr, lang, dir, false)
 	cr.finish(err)
@@ -468,6 +487,9 @@ type LanguageInfo struct {
 // then the others by name. It waits for the Jupyter server until ctx
 // ends (ErrNotReady).
 func (e *Engine) Languages(ctx context.Context) ([]LanguageInfo, error) {
+	if err := e.serverFailing(); err != nil {
+		return nil, err
+	}
 	list, err := e.languages(ctx)
 	if err != nil {
 		return nil, err
@@ -689,6 +711,9 @@ type ExecuteRequest struct {
 func (e *Engine) Execute(ctx context.Context, req ExecuteRequest) (*Execution, *Reader, error) {
 	if e.isClosed() {
 		return nil, nil, errClosed
+	}
+	if err := e.serverFailing(); err != nil {
+		return nil, nil, err
 	}
 	var c *Context
 	var err error

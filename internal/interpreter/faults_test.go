@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/jupyter"
 	"github.com/envd-dev/envd/internal/testutil"
 )
 
@@ -577,4 +578,46 @@ func TestRemoveWhileRunning(t *testing.T) {
 			t.Errorf("%s: end %+v (%v)", name, end, kinds(evs))
 		}
 	}
+}
+
+// TestServerFailingAnswersAtOnce: while the Jupyter server fails to start,
+// code requests are refused at once with the cause, not after waiting for
+// a server that is not coming.
+func TestServerFailingAnswersAtOnce(t *testing.T) {
+	t.Parallel()
+	sup := jupyter.New(jupyter.Options{
+		Command:    []string{"/bin/sh", "-c", "echo no jupyter here >&2; exit 3", "sh"},
+		MinBackoff: 10 * time.Millisecond,
+		MaxBackoff: 50 * time.Millisecond,
+		Logger:     testLogger(),
+	})
+	eng := interpreter.New(interpreter.Options{Supervisor: sup, Logger: testLogger(), DefaultCwd: func() string { return "/tmp" }})
+	ctx := testutil.Context(t, 3*time.Minute)
+	if err := sup.Start(ctx); err == nil {
+		t.Fatal("a server that exits started")
+	}
+	eng.Start()
+	t.Cleanup(func() {
+		eng.Close()
+		_ = sup.Stop(context.Background())
+	})
+	if st := sup.Status(); !st.StartFailing {
+		t.Fatalf("status %+v", st)
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, interpreter.ErrNotReady) || !strings.Contains(err.Error(), "exit status 3") {
+			t.Errorf("%s: %v, want not ready with the cause", what, err)
+		}
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s: answered only when the request's context ended", what)
+		}
+	}
+	_, _, err := eng.Execute(ctx, interpreter.ExecuteRequest{Code: "1"})
+	check("execute", err)
+	_, err = eng.CreateContext(ctx, "python", "")
+	check("create context", err)
+	_, err = eng.Languages(ctx)
+	check("languages", err)
+	check("health", eng.Health())
 }

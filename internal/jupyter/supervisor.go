@@ -109,6 +109,11 @@ type ServerStatus struct {
 	PID        int    // of the server process; 0 for an external server
 	// Err says why the last run ended or failed to start; nil if none did.
 	Err error
+	// StartFailing: the last attempt to start the server (or to reach the
+	// one given by URL) failed, and none has succeeded since; Err says
+	// why. A server restarting after a crash is not failing until a start
+	// fails.
+	StartFailing bool
 	// Changed is closed when any field above changes.
 	Changed <-chan struct{}
 }
@@ -198,7 +203,7 @@ func (s *Supervisor) Start(ctx context.Context) error {
 	}
 	if err := s.prepareDir(); err != nil {
 		close(s.done)
-		s.setStatus(func(st *ServerStatus) { st.Err = err })
+		s.setStatus(func(st *ServerStatus) { st.Err, st.StartFailing = err, true })
 		return err
 	}
 	go s.loop()
@@ -227,13 +232,13 @@ func (s *Supervisor) attach(ctx context.Context) error {
 			// Say so at once, and let requests say why while it lasts.
 			s.log.Warn("the Jupyter server given does not answer; retrying", "url", s.opts.URL, "error", err, "for", s.opts.StartTimeout)
 			cause := fmt.Errorf("jupyter: server at %s does not answer: %w", s.opts.URL, err)
-			s.setStatus(func(st *ServerStatus) { st.Err = cause })
+			s.setStatus(func(st *ServerStatus) { st.Err, st.StartFailing = cause, true })
 		}
 		select {
 		case <-ctx.Done():
 			c.Close()
 			err = fmt.Errorf("jupyter: server at %s is not healthy: %w", s.opts.URL, err)
-			s.setStatus(func(st *ServerStatus) { st.Err = err })
+			s.setStatus(func(st *ServerStatus) { st.Err, st.StartFailing = err, true })
 			return err
 		case <-time.After(50 * time.Millisecond):
 		}
@@ -421,6 +426,18 @@ func (s *Supervisor) loop() {
 // returns when it exits or fails to start (with why) or when Stop is called
 // (with nil).
 func (s *Supervisor) runOnce() error {
+	gen := s.Status().Generation
+	err := s.runServer()
+	// An error before the server was published (its generation counted)
+	// is a failed start.
+	if err != nil && s.ctx.Err() == nil && s.Status().Generation == gen {
+		s.setStatus(func(st *ServerStatus) { st.StartFailing = true })
+	}
+	return err
+}
+
+// runServer is runOnce but for the status of a failed start.
+func (s *Supervisor) runServer() error {
 	s.setStatus(func(st *ServerStatus) { st.State, st.URL, st.PID = ServerStarting, "", 0 })
 	port, err := freePort()
 	if err != nil {

@@ -225,7 +225,7 @@ func TestSupervisorFailingCommand(t *testing.T) {
 	}
 	// It keeps retrying (with backoff) until stopped.
 	st := s.Status()
-	if st.State == jupyter.ServerReady || st.Err == nil {
+	if st.State == jupyter.ServerReady || st.Err == nil || !st.StartFailing {
 		t.Errorf("status = %+v", st)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
