@@ -186,6 +186,17 @@ func (c *codeExec) listenCodePort(cfg Config, log *slog.Logger, token *auth.Toke
 		return nil, nil, nil
 	}
 	routes := append(c.routes(), c.api.HealthRoute())
+	if !cfg.StrictUsers {
+		// The SDKs call the context routes without the token (a secured
+		// sandbox's createCodeContext would get 401): on this port they
+		// need none, as upstream's. /execute, which runs code, does; so
+		// does everything in strict mode. See the README.
+		for i := range routes {
+			if codehttp.SDKSendsNoToken(routes[i].Pattern) {
+				routes[i].Public = true
+			}
+		}
+	}
 	h, err := server.New(server.Options{Logger: log, Token: token, Routes: routes})
 	if err != nil {
 		return nil, nil, fmt.Errorf("build code routes: %w", err)

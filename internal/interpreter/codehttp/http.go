@@ -83,6 +83,18 @@ func (h *API) Routes() []server.Route {
 	}
 }
 
+// SDKSendsNoToken reports whether the code-interpreter SDKs call a route
+// of Routes without the access token: they send X-Access-Token on
+// /execute only (E2B's code-interpreter server checks no token at all).
+// None of these routes runs code.
+func SDKSendsNoToken(pattern string) bool {
+	switch pattern {
+	case "GET /contexts", "POST /contexts", "DELETE /contexts/{id}", "POST /contexts/{id}/restart", "GET /languages":
+		return true
+	}
+	return false
+}
+
 // withEngine answers 503 in place of fn when code execution is off.
 func (h *API) withEngine(fn http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
