@@ -64,6 +64,7 @@ func (a *API) Routes() []server.Route {
 	return []server.Route{
 		{Pattern: "GET /files", Handler: http.HandlerFunc(a.download), Public: true},
 		{Pattern: "POST /files", Handler: http.HandlerFunc(a.upload), Public: true},
+		{Pattern: "POST /files/compose", Handler: http.HandlerFunc(a.compose)},
 		{Pattern: "POST /init", Handler: http.HandlerFunc(a.handleInit), Public: true},
 		{Pattern: "GET /envs", Handler: http.HandlerFunc(a.envs)},
 		{Pattern: "GET /metrics", Handler: http.HandlerFunc(a.metrics)},
