@@ -98,6 +98,10 @@ func (a *API) download(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	if kind := archiveKind(r.Header.Get("Accept")); kind != "" {
+		a.sendTree(w, r, u, p, kind)
+		return
+	}
 	f, err := a.o.Files.Open(u, p)
 	if err != nil {
 		writeErr(w, err)
@@ -357,6 +361,18 @@ func (a *API) receive(u *identity.User, r *http.Request) ([]written, error) {
 	}
 	query := r.URL.Query().Get("path")
 	switch {
+	case mt == "application/x-tar":
+		if query == "" {
+			return nil, badRequest("path query parameter is required for a tar upload: the directory to unpack it in")
+		}
+		p, err := u.Resolve(query, a.o.Defaults.Workdir())
+		if err != nil {
+			return nil, err
+		}
+		if _, err := a.o.Files.ExtractTar(u, p, body); err != nil {
+			return nil, err
+		}
+		return []written{{Name: filepath.Base(p), Path: p, Type: "directory"}}, nil
 	case mt == "application/octet-stream":
 		if query == "" {
 			return nil, badRequest("path query parameter is required for raw body upload")

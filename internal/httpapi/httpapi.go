@@ -76,7 +76,8 @@ func status(err error) int {
 	switch {
 	case errors.Is(err, filesystem.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, filesystem.ErrInvalid), errors.Is(err, filesystem.ErrLoop), errors.Is(err, identity.ErrBadPath):
+	case errors.Is(err, filesystem.ErrInvalid), errors.Is(err, filesystem.ErrLoop), errors.Is(err, identity.ErrBadPath),
+		errors.Is(err, filesystem.ErrArchive):
 		return http.StatusBadRequest
 	case errors.Is(err, filesystem.ErrPermission):
 		return http.StatusForbidden
