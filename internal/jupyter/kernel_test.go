@@ -226,7 +226,10 @@ func TestRestartThenExecuteGetsOutput(t *testing.T) {
 
 func TestBigOutputArrivesIntact(t *testing.T) {
 	t.Parallel()
-	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{})
+	// A reader that keeps up gets every byte: under -race beside other
+	// work this one can take more than the default second for a piece,
+	// and dropping is TestStalledReaderIsBounded's subject.
+	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{ReaderGrace: time.Minute})
 
 	// 50 MB in one print: one stream message in one WebSocket frame, over
 	// MaxMessageBytes, so delivered in pieces as it is read. The pattern
