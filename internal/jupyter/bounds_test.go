@@ -191,7 +191,8 @@ func TestStalledReaderIsBounded(t *testing.T) {
 // TestSixteenMiBMessageArrivesWhole: the biggest message delivered as is.
 func TestSixteenMiBMessageArrivesWhole(t *testing.T) {
 	t.Parallel()
-	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{})
+	// A reader that keeps up (see TestHugePrintIsBounded).
+	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{ReaderGrace: time.Minute})
 	r := mustOK(t, execute(t, k, "import sys\nsys.stdout.write('z' * (16 << 20)); sys.stdout.flush()"))
 	var streams int
 	for _, m := range r.msgs {
