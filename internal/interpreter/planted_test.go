@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -38,11 +39,30 @@ func TestKernelsIgnorePlantedStartupFiles(t *testing.T) {
 	// A compiled EnvdJShell in "." would win over the agent's own source.
 	plant("EnvdJShell.java", "public class EnvdJShell { public static void main(String[] a) throws Exception {"+
 		" new java.io.File("+pyQuote(marker("java"))+").createNewFile(); } }\n")
-	javac := exec.Command("javac", "-d", dir, filepath.Join(dir, "EnvdJShell.java"))
+	// So would classes named as JShell names the ones it generates for
+	// snippets (the startup imports run before any user code), in the
+	// user code's JVM.
+	srcs := []string{filepath.Join(dir, "EnvdJShell.java")}
+	if err := os.Mkdir(filepath.Join(dir, "replsrc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 40; i++ {
+		name := "$JShell$" + strconv.Itoa(i)
+		p := filepath.Join(dir, "replsrc", name+".java")
+		srcs = append(srcs, p)
+		if err := os.WriteFile(p, []byte("package REPL; public class "+name+" { static { try { new java.io.File("+
+			pyQuote(marker("jshell-snippet"))+").createNewFile(); } catch (Exception e) {} } }\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	javac := exec.Command("javac", append([]string{"-d", dir}, srcs...)...)
 	if out, err := javac.CombinedOutput(); err != nil {
 		t.Fatalf("javac: %v\n%s", err, out)
 	}
 	if err := os.Remove(filepath.Join(dir, "EnvdJShell.java")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "replsrc")); err != nil {
 		t.Fatal(err)
 	}
 

@@ -90,7 +90,12 @@ _MAX_REPLAY = 10000
 # the default), which sandbox code may write.
 _AGENT_OPTS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-Xss4m", "-cp", _HERE]
 # The JVM that runs user code.
+# Its class path is the agent's directory too: the java default, ".", would
+# let classes planted in the working directory stand in for the ones JShell
+# generates (REPL.$JShell$N), loaded parent first, before any user code.
 _REMOTE_OPTS = [
+    "-cp",
+    _HERE,
     "-XX:-UsePerfData",
     "-Dfile.encoding=UTF-8",
     "-Dsun.stdout.encoding=UTF-8",
