@@ -96,6 +96,46 @@ type Exit struct {
 	// TimedOut tells that the process outlived its Command.Timeout and
 	// was killed for it.
 	TimedOut bool
+	// Reason says why it ended (ExitReasonUnknown from an envd too old to
+	// say).
+	Reason ExitReason
+	// Usage is what it used; nil when envd did not say.
+	Usage *Usage
+}
+
+// ExitReason is why a process ended. Its values are the wire's
+// (process.ProcessEvent.EndReason).
+type ExitReason int
+
+const (
+	ExitReasonUnknown      ExitReason = iota
+	ExitReasonExited                  // it exited by itself: Code is its status
+	ExitReasonSignaled                // a signal envd was not asked for ended it
+	ExitReasonTimedOut                // its Command.Timeout ran out: envd killed it
+	ExitReasonClientSignal            // a client's Signal ended it
+	ExitReasonShutdown                // envd's shutdown ended it
+)
+
+func (r ExitReason) String() string {
+	switch r {
+	case ExitReasonExited:
+		return "exited"
+	case ExitReasonSignaled:
+		return "signaled"
+	case ExitReasonTimedOut:
+		return "timed out"
+	case ExitReasonClientSignal:
+		return "killed by a client's signal"
+	case ExitReasonShutdown:
+		return "killed at envd's shutdown"
+	}
+	return "unknown"
+}
+
+// Usage is what a process (and the descendants it waited for) used.
+type Usage struct {
+	UserCPU, SystemCPU time.Duration
+	MaxRSS             int64 // peak resident set, bytes
 }
 
 // Success tells whether the process exited with code 0.
@@ -104,7 +144,15 @@ func (e *Exit) Success() bool { return e.Code == 0 && e.Signal == 0 }
 func (e *Exit) String() string { return e.Status }
 
 func exitOf(ev *pb.ProcessEvent_EndEvent) *Exit {
-	ex := &Exit{Code: int(ev.GetExitCode()), Status: ev.GetStatus()}
+	ex := &Exit{Code: int(ev.GetExitCode()), Status: ev.GetStatus(), Reason: ExitReason(ev.GetReason())}
+	ex.TimedOut = ex.Reason == ExitReasonTimedOut
+	if u := ev.GetUsage(); u != nil {
+		ex.Usage = &Usage{
+			UserCPU:   time.Duration(u.GetUserCpuUs()) * time.Microsecond,
+			SystemCPU: time.Duration(u.GetSystemCpuUs()) * time.Microsecond,
+			MaxRSS:    int64(u.GetMaxRssBytes()),
+		}
+	}
 	if rest, ok := strings.CutPrefix(ev.GetStatus(), "signal: "); ok {
 		rest = strings.TrimSuffix(rest, " (core dumped)")
 		ex.Signal = signalNamed(rest)

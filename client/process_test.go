@@ -111,10 +111,12 @@ func TestEventsInOrder(t *testing.T) {
 func TestStdin(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, client.Options{})
-	ctx := testContext(t, testutil.Wait)
+	// Each subtest has its own deadline: they run at once, and the
+	// shared one ran out for the last under load.
 
 	t.Run("send and close", func(t *testing.T) {
 		t.Parallel()
+		ctx := testContext(t, testutil.Wait)
 		var out bytes.Buffer
 		cmd := client.Command{Name: "cat", Stdin: true, Stdout: &out}
 		p, err := c.Start(ctx, cmd)
@@ -137,6 +139,7 @@ func TestStdin(t *testing.T) {
 	})
 	t.Run("stream", func(t *testing.T) {
 		t.Parallel()
+		ctx := testContext(t, testutil.Wait)
 		var out bytes.Buffer
 		p, err := c.Start(ctx, client.Command{Name: "sha256sum", Stdin: true, Stdout: &out})
 		if err != nil {
@@ -158,6 +161,7 @@ func TestStdin(t *testing.T) {
 	})
 	t.Run("larger than one message", func(t *testing.T) {
 		t.Parallel()
+		ctx := testContext(t, testutil.Wait)
 		var out bytes.Buffer
 		p, err := c.Start(ctx, client.Command{Name: "sha256sum", Stdin: true, Stdout: &out})
 		if err != nil {
@@ -179,6 +183,7 @@ func TestStdin(t *testing.T) {
 	})
 	t.Run("no stdin", func(t *testing.T) {
 		t.Parallel()
+		ctx := testContext(t, testutil.Wait)
 		p, err := c.Start(ctx, client.Command{Name: "cat"})
 		if err != nil {
 			t.Fatal(err)

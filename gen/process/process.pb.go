@@ -111,6 +111,70 @@ func (Signal) EnumDescriptor() ([]byte, []int) {
 	return file_process_process_proto_rawDescGZIP(), []int{0}
 }
 
+// EndReason is why a process ended.
+type ProcessEvent_EndReason int32
+
+const (
+	ProcessEvent_END_REASON_UNSPECIFIED ProcessEvent_EndReason = 0
+	// It exited by itself: exit_code is its status.
+	ProcessEvent_END_REASON_EXITED ProcessEvent_EndReason = 1
+	// A signal envd was not asked for ended it (its own, another process's).
+	ProcessEvent_END_REASON_SIGNALED ProcessEvent_EndReason = 2
+	// Its lifetime (the Start request's deadline) ran out: envd killed it.
+	ProcessEvent_END_REASON_TIMED_OUT ProcessEvent_EndReason = 3
+	// A client's SendSignal ended it.
+	ProcessEvent_END_REASON_CLIENT_SIGNAL ProcessEvent_EndReason = 4
+	// envd's shutdown ended it.
+	ProcessEvent_END_REASON_SHUTDOWN ProcessEvent_EndReason = 5
+)
+
+// Enum value maps for ProcessEvent_EndReason.
+var (
+	ProcessEvent_EndReason_name = map[int32]string{
+		0: "END_REASON_UNSPECIFIED",
+		1: "END_REASON_EXITED",
+		2: "END_REASON_SIGNALED",
+		3: "END_REASON_TIMED_OUT",
+		4: "END_REASON_CLIENT_SIGNAL",
+		5: "END_REASON_SHUTDOWN",
+	}
+	ProcessEvent_EndReason_value = map[string]int32{
+		"END_REASON_UNSPECIFIED":   0,
+		"END_REASON_EXITED":        1,
+		"END_REASON_SIGNALED":      2,
+		"END_REASON_TIMED_OUT":     3,
+		"END_REASON_CLIENT_SIGNAL": 4,
+		"END_REASON_SHUTDOWN":      5,
+	}
+)
+
+func (x ProcessEvent_EndReason) Enum() *ProcessEvent_EndReason {
+	p := new(ProcessEvent_EndReason)
+	*p = x
+	return p
+}
+
+func (x ProcessEvent_EndReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProcessEvent_EndReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_process_process_proto_enumTypes[1].Descriptor()
+}
+
+func (ProcessEvent_EndReason) Type() protoreflect.EnumType {
+	return &file_process_process_proto_enumTypes[1]
+}
+
+func (x ProcessEvent_EndReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ProcessEvent_EndReason.Descriptor instead.
+func (ProcessEvent_EndReason) EnumDescriptor() ([]byte, []int) {
+	return file_process_process_proto_rawDescGZIP(), []int{8, 0}
+}
+
 // PTY asks for a pseudo-terminal instead of pipes.
 type PTY struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1535,7 +1599,12 @@ type ProcessEvent_EndEvent struct {
 	// status reads like "exit status 3" or "signal: killed".
 	Status string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
 	// error is set, to the same text as status, unless the exit was clean.
-	Error         *string `protobuf:"bytes,4,opt,name=error,proto3,oneof" json:"error,omitempty"`
+	Error *string `protobuf:"bytes,4,opt,name=error,proto3,oneof" json:"error,omitempty"`
+	// reason says why it ended (envd's addition: older Python SDKs, which
+	// refuse fields they do not know, never get it).
+	Reason ProcessEvent_EndReason `protobuf:"varint,5,opt,name=reason,proto3,enum=process.ProcessEvent_EndReason" json:"reason,omitempty"`
+	// usage is what it used (envd's addition, as reason).
+	Usage         *ProcessEvent_ResourceUsage `protobuf:"bytes,6,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1598,6 +1667,83 @@ func (x *ProcessEvent_EndEvent) GetError() string {
 	return ""
 }
 
+func (x *ProcessEvent_EndEvent) GetReason() ProcessEvent_EndReason {
+	if x != nil {
+		return x.Reason
+	}
+	return ProcessEvent_END_REASON_UNSPECIFIED
+}
+
+func (x *ProcessEvent_EndEvent) GetUsage() *ProcessEvent_ResourceUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// ResourceUsage is what a process (and the descendants it waited for)
+// used, from wait4's rusage.
+type ProcessEvent_ResourceUsage struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	UserCpuUs   uint64                 `protobuf:"varint,1,opt,name=user_cpu_us,json=userCpuUs,proto3" json:"user_cpu_us,omitempty"`
+	SystemCpuUs uint64                 `protobuf:"varint,2,opt,name=system_cpu_us,json=systemCpuUs,proto3" json:"system_cpu_us,omitempty"`
+	// max_rss_bytes is its peak resident set.
+	MaxRssBytes   uint64 `protobuf:"varint,3,opt,name=max_rss_bytes,json=maxRssBytes,proto3" json:"max_rss_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessEvent_ResourceUsage) Reset() {
+	*x = ProcessEvent_ResourceUsage{}
+	mi := &file_process_process_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessEvent_ResourceUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessEvent_ResourceUsage) ProtoMessage() {}
+
+func (x *ProcessEvent_ResourceUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_process_process_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessEvent_ResourceUsage.ProtoReflect.Descriptor instead.
+func (*ProcessEvent_ResourceUsage) Descriptor() ([]byte, []int) {
+	return file_process_process_proto_rawDescGZIP(), []int{8, 3}
+}
+
+func (x *ProcessEvent_ResourceUsage) GetUserCpuUs() uint64 {
+	if x != nil {
+		return x.UserCpuUs
+	}
+	return 0
+}
+
+func (x *ProcessEvent_ResourceUsage) GetSystemCpuUs() uint64 {
+	if x != nil {
+		return x.SystemCpuUs
+	}
+	return 0
+}
+
+func (x *ProcessEvent_ResourceUsage) GetMaxRssBytes() uint64 {
+	if x != nil {
+		return x.MaxRssBytes
+	}
+	return 0
+}
+
 // KeepAlive is sent while the process is quiet so idle streams stay open.
 type ProcessEvent_KeepAlive struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1607,7 +1753,7 @@ type ProcessEvent_KeepAlive struct {
 
 func (x *ProcessEvent_KeepAlive) Reset() {
 	*x = ProcessEvent_KeepAlive{}
-	mi := &file_process_process_proto_msgTypes[27]
+	mi := &file_process_process_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1765,7 @@ func (x *ProcessEvent_KeepAlive) String() string {
 func (*ProcessEvent_KeepAlive) ProtoMessage() {}
 
 func (x *ProcessEvent_KeepAlive) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[27]
+	mi := &file_process_process_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1778,7 @@ func (x *ProcessEvent_KeepAlive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent_KeepAlive.ProtoReflect.Descriptor instead.
 func (*ProcessEvent_KeepAlive) Descriptor() ([]byte, []int) {
-	return file_process_process_proto_rawDescGZIP(), []int{8, 3}
+	return file_process_process_proto_rawDescGZIP(), []int{8, 4}
 }
 
 // StartEvent picks the process the following data goes to.
@@ -1645,7 +1791,7 @@ type StreamInputRequest_StartEvent struct {
 
 func (x *StreamInputRequest_StartEvent) Reset() {
 	*x = StreamInputRequest_StartEvent{}
-	mi := &file_process_process_proto_msgTypes[28]
+	mi := &file_process_process_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1803,7 @@ func (x *StreamInputRequest_StartEvent) String() string {
 func (*StreamInputRequest_StartEvent) ProtoMessage() {}
 
 func (x *StreamInputRequest_StartEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[28]
+	mi := &file_process_process_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1836,7 @@ type StreamInputRequest_DataEvent struct {
 
 func (x *StreamInputRequest_DataEvent) Reset() {
 	*x = StreamInputRequest_DataEvent{}
-	mi := &file_process_process_proto_msgTypes[29]
+	mi := &file_process_process_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1848,7 @@ func (x *StreamInputRequest_DataEvent) String() string {
 func (*StreamInputRequest_DataEvent) ProtoMessage() {}
 
 func (x *StreamInputRequest_DataEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[29]
+	mi := &file_process_process_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1879,7 @@ type StreamInputRequest_KeepAlive struct {
 
 func (x *StreamInputRequest_KeepAlive) Reset() {
 	*x = StreamInputRequest_KeepAlive{}
-	mi := &file_process_process_proto_msgTypes[30]
+	mi := &file_process_process_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1891,7 @@ func (x *StreamInputRequest_KeepAlive) String() string {
 func (*StreamInputRequest_KeepAlive) ProtoMessage() {}
 
 func (x *StreamInputRequest_KeepAlive) ProtoReflect() protoreflect.Message {
-	mi := &file_process_process_proto_msgTypes[30]
+	mi := &file_process_process_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1946,7 @@ const file_process_process_proto_rawDesc = "" +
 	"\aprocess\x18\x01 \x01(\v2\x18.process.ProcessSelectorR\aprocess\x12#\n" +
 	"\x03pty\x18\x02 \x01(\v2\f.process.PTYH\x00R\x03pty\x88\x01\x01B\x06\n" +
 	"\x04_pty\"\x10\n" +
-	"\x0eUpdateResponse\"\x87\x04\n" +
+	"\x0eUpdateResponse\"\xa0\a\n" +
 	"\fProcessEvent\x128\n" +
 	"\x05start\x18\x01 \x01(\v2 .process.ProcessEvent.StartEventH\x00R\x05start\x125\n" +
 	"\x04data\x18\x02 \x01(\v2\x1f.process.ProcessEvent.DataEventH\x00R\x04data\x122\n" +
@@ -1813,14 +1959,27 @@ const file_process_process_proto_rawDesc = "" +
 	"\x06stdout\x18\x01 \x01(\fH\x00R\x06stdout\x12\x18\n" +
 	"\x06stderr\x18\x02 \x01(\fH\x00R\x06stderr\x12\x12\n" +
 	"\x03pty\x18\x03 \x01(\fH\x00R\x03ptyB\b\n" +
-	"\x06output\x1a|\n" +
+	"\x06output\x1a\xf0\x01\n" +
 	"\bEndEvent\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x11R\bexitCode\x12\x16\n" +
 	"\x06exited\x18\x02 \x01(\bR\x06exited\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\tR\x06status\x12\x19\n" +
-	"\x05error\x18\x04 \x01(\tH\x00R\x05error\x88\x01\x01B\b\n" +
-	"\x06_error\x1a\v\n" +
-	"\tKeepAliveB\a\n" +
+	"\x05error\x18\x04 \x01(\tH\x00R\x05error\x88\x01\x01\x127\n" +
+	"\x06reason\x18\x05 \x01(\x0e2\x1f.process.ProcessEvent.EndReasonR\x06reason\x129\n" +
+	"\x05usage\x18\x06 \x01(\v2#.process.ProcessEvent.ResourceUsageR\x05usageB\b\n" +
+	"\x06_error\x1aw\n" +
+	"\rResourceUsage\x12\x1e\n" +
+	"\vuser_cpu_us\x18\x01 \x01(\x04R\tuserCpuUs\x12\"\n" +
+	"\rsystem_cpu_us\x18\x02 \x01(\x04R\vsystemCpuUs\x12\"\n" +
+	"\rmax_rss_bytes\x18\x03 \x01(\x04R\vmaxRssBytes\x1a\v\n" +
+	"\tKeepAlive\"\xa8\x01\n" +
+	"\tEndReason\x12\x1a\n" +
+	"\x16END_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11END_REASON_EXITED\x10\x01\x12\x17\n" +
+	"\x13END_REASON_SIGNALED\x10\x02\x12\x18\n" +
+	"\x14END_REASON_TIMED_OUT\x10\x03\x12\x1c\n" +
+	"\x18END_REASON_CLIENT_SIGNAL\x10\x04\x12\x17\n" +
+	"\x13END_REASON_SHUTDOWN\x10\x05B\a\n" +
 	"\x05event\"<\n" +
 	"\rStartResponse\x12+\n" +
 	"\x05event\x18\x01 \x01(\v2\x15.process.ProcessEventR\x05event\">\n" +
@@ -1899,89 +2058,93 @@ func file_process_process_proto_rawDescGZIP() []byte {
 	return file_process_process_proto_rawDescData
 }
 
-var file_process_process_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_process_process_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_process_process_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_process_process_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_process_process_proto_goTypes = []any{
 	(Signal)(0),                           // 0: process.Signal
-	(*PTY)(nil),                           // 1: process.PTY
-	(*ProcessConfig)(nil),                 // 2: process.ProcessConfig
-	(*ListRequest)(nil),                   // 3: process.ListRequest
-	(*ProcessInfo)(nil),                   // 4: process.ProcessInfo
-	(*ListResponse)(nil),                  // 5: process.ListResponse
-	(*StartRequest)(nil),                  // 6: process.StartRequest
-	(*UpdateRequest)(nil),                 // 7: process.UpdateRequest
-	(*UpdateResponse)(nil),                // 8: process.UpdateResponse
-	(*ProcessEvent)(nil),                  // 9: process.ProcessEvent
-	(*StartResponse)(nil),                 // 10: process.StartResponse
-	(*ConnectResponse)(nil),               // 11: process.ConnectResponse
-	(*SendInputRequest)(nil),              // 12: process.SendInputRequest
-	(*SendInputResponse)(nil),             // 13: process.SendInputResponse
-	(*ProcessInput)(nil),                  // 14: process.ProcessInput
-	(*StreamInputRequest)(nil),            // 15: process.StreamInputRequest
-	(*StreamInputResponse)(nil),           // 16: process.StreamInputResponse
-	(*SendSignalRequest)(nil),             // 17: process.SendSignalRequest
-	(*SendSignalResponse)(nil),            // 18: process.SendSignalResponse
-	(*CloseStdinRequest)(nil),             // 19: process.CloseStdinRequest
-	(*CloseStdinResponse)(nil),            // 20: process.CloseStdinResponse
-	(*ConnectRequest)(nil),                // 21: process.ConnectRequest
-	(*ProcessSelector)(nil),               // 22: process.ProcessSelector
-	(*PTY_Size)(nil),                      // 23: process.PTY.Size
-	nil,                                   // 24: process.ProcessConfig.EnvsEntry
-	(*ProcessEvent_StartEvent)(nil),       // 25: process.ProcessEvent.StartEvent
-	(*ProcessEvent_DataEvent)(nil),        // 26: process.ProcessEvent.DataEvent
-	(*ProcessEvent_EndEvent)(nil),         // 27: process.ProcessEvent.EndEvent
-	(*ProcessEvent_KeepAlive)(nil),        // 28: process.ProcessEvent.KeepAlive
-	(*StreamInputRequest_StartEvent)(nil), // 29: process.StreamInputRequest.StartEvent
-	(*StreamInputRequest_DataEvent)(nil),  // 30: process.StreamInputRequest.DataEvent
-	(*StreamInputRequest_KeepAlive)(nil),  // 31: process.StreamInputRequest.KeepAlive
+	(ProcessEvent_EndReason)(0),           // 1: process.ProcessEvent.EndReason
+	(*PTY)(nil),                           // 2: process.PTY
+	(*ProcessConfig)(nil),                 // 3: process.ProcessConfig
+	(*ListRequest)(nil),                   // 4: process.ListRequest
+	(*ProcessInfo)(nil),                   // 5: process.ProcessInfo
+	(*ListResponse)(nil),                  // 6: process.ListResponse
+	(*StartRequest)(nil),                  // 7: process.StartRequest
+	(*UpdateRequest)(nil),                 // 8: process.UpdateRequest
+	(*UpdateResponse)(nil),                // 9: process.UpdateResponse
+	(*ProcessEvent)(nil),                  // 10: process.ProcessEvent
+	(*StartResponse)(nil),                 // 11: process.StartResponse
+	(*ConnectResponse)(nil),               // 12: process.ConnectResponse
+	(*SendInputRequest)(nil),              // 13: process.SendInputRequest
+	(*SendInputResponse)(nil),             // 14: process.SendInputResponse
+	(*ProcessInput)(nil),                  // 15: process.ProcessInput
+	(*StreamInputRequest)(nil),            // 16: process.StreamInputRequest
+	(*StreamInputResponse)(nil),           // 17: process.StreamInputResponse
+	(*SendSignalRequest)(nil),             // 18: process.SendSignalRequest
+	(*SendSignalResponse)(nil),            // 19: process.SendSignalResponse
+	(*CloseStdinRequest)(nil),             // 20: process.CloseStdinRequest
+	(*CloseStdinResponse)(nil),            // 21: process.CloseStdinResponse
+	(*ConnectRequest)(nil),                // 22: process.ConnectRequest
+	(*ProcessSelector)(nil),               // 23: process.ProcessSelector
+	(*PTY_Size)(nil),                      // 24: process.PTY.Size
+	nil,                                   // 25: process.ProcessConfig.EnvsEntry
+	(*ProcessEvent_StartEvent)(nil),       // 26: process.ProcessEvent.StartEvent
+	(*ProcessEvent_DataEvent)(nil),        // 27: process.ProcessEvent.DataEvent
+	(*ProcessEvent_EndEvent)(nil),         // 28: process.ProcessEvent.EndEvent
+	(*ProcessEvent_ResourceUsage)(nil),    // 29: process.ProcessEvent.ResourceUsage
+	(*ProcessEvent_KeepAlive)(nil),        // 30: process.ProcessEvent.KeepAlive
+	(*StreamInputRequest_StartEvent)(nil), // 31: process.StreamInputRequest.StartEvent
+	(*StreamInputRequest_DataEvent)(nil),  // 32: process.StreamInputRequest.DataEvent
+	(*StreamInputRequest_KeepAlive)(nil),  // 33: process.StreamInputRequest.KeepAlive
 }
 var file_process_process_proto_depIdxs = []int32{
-	23, // 0: process.PTY.size:type_name -> process.PTY.Size
-	24, // 1: process.ProcessConfig.envs:type_name -> process.ProcessConfig.EnvsEntry
-	2,  // 2: process.ProcessInfo.config:type_name -> process.ProcessConfig
-	4,  // 3: process.ListResponse.processes:type_name -> process.ProcessInfo
-	2,  // 4: process.StartRequest.process:type_name -> process.ProcessConfig
-	1,  // 5: process.StartRequest.pty:type_name -> process.PTY
-	22, // 6: process.UpdateRequest.process:type_name -> process.ProcessSelector
-	1,  // 7: process.UpdateRequest.pty:type_name -> process.PTY
-	25, // 8: process.ProcessEvent.start:type_name -> process.ProcessEvent.StartEvent
-	26, // 9: process.ProcessEvent.data:type_name -> process.ProcessEvent.DataEvent
-	27, // 10: process.ProcessEvent.end:type_name -> process.ProcessEvent.EndEvent
-	28, // 11: process.ProcessEvent.keepalive:type_name -> process.ProcessEvent.KeepAlive
-	9,  // 12: process.StartResponse.event:type_name -> process.ProcessEvent
-	9,  // 13: process.ConnectResponse.event:type_name -> process.ProcessEvent
-	22, // 14: process.SendInputRequest.process:type_name -> process.ProcessSelector
-	14, // 15: process.SendInputRequest.input:type_name -> process.ProcessInput
-	29, // 16: process.StreamInputRequest.start:type_name -> process.StreamInputRequest.StartEvent
-	30, // 17: process.StreamInputRequest.data:type_name -> process.StreamInputRequest.DataEvent
-	31, // 18: process.StreamInputRequest.keepalive:type_name -> process.StreamInputRequest.KeepAlive
-	22, // 19: process.SendSignalRequest.process:type_name -> process.ProcessSelector
+	24, // 0: process.PTY.size:type_name -> process.PTY.Size
+	25, // 1: process.ProcessConfig.envs:type_name -> process.ProcessConfig.EnvsEntry
+	3,  // 2: process.ProcessInfo.config:type_name -> process.ProcessConfig
+	5,  // 3: process.ListResponse.processes:type_name -> process.ProcessInfo
+	3,  // 4: process.StartRequest.process:type_name -> process.ProcessConfig
+	2,  // 5: process.StartRequest.pty:type_name -> process.PTY
+	23, // 6: process.UpdateRequest.process:type_name -> process.ProcessSelector
+	2,  // 7: process.UpdateRequest.pty:type_name -> process.PTY
+	26, // 8: process.ProcessEvent.start:type_name -> process.ProcessEvent.StartEvent
+	27, // 9: process.ProcessEvent.data:type_name -> process.ProcessEvent.DataEvent
+	28, // 10: process.ProcessEvent.end:type_name -> process.ProcessEvent.EndEvent
+	30, // 11: process.ProcessEvent.keepalive:type_name -> process.ProcessEvent.KeepAlive
+	10, // 12: process.StartResponse.event:type_name -> process.ProcessEvent
+	10, // 13: process.ConnectResponse.event:type_name -> process.ProcessEvent
+	23, // 14: process.SendInputRequest.process:type_name -> process.ProcessSelector
+	15, // 15: process.SendInputRequest.input:type_name -> process.ProcessInput
+	31, // 16: process.StreamInputRequest.start:type_name -> process.StreamInputRequest.StartEvent
+	32, // 17: process.StreamInputRequest.data:type_name -> process.StreamInputRequest.DataEvent
+	33, // 18: process.StreamInputRequest.keepalive:type_name -> process.StreamInputRequest.KeepAlive
+	23, // 19: process.SendSignalRequest.process:type_name -> process.ProcessSelector
 	0,  // 20: process.SendSignalRequest.signal:type_name -> process.Signal
-	22, // 21: process.CloseStdinRequest.process:type_name -> process.ProcessSelector
-	22, // 22: process.ConnectRequest.process:type_name -> process.ProcessSelector
-	22, // 23: process.StreamInputRequest.StartEvent.process:type_name -> process.ProcessSelector
-	14, // 24: process.StreamInputRequest.DataEvent.input:type_name -> process.ProcessInput
-	3,  // 25: process.Process.List:input_type -> process.ListRequest
-	21, // 26: process.Process.Connect:input_type -> process.ConnectRequest
-	6,  // 27: process.Process.Start:input_type -> process.StartRequest
-	7,  // 28: process.Process.Update:input_type -> process.UpdateRequest
-	15, // 29: process.Process.StreamInput:input_type -> process.StreamInputRequest
-	12, // 30: process.Process.SendInput:input_type -> process.SendInputRequest
-	17, // 31: process.Process.SendSignal:input_type -> process.SendSignalRequest
-	19, // 32: process.Process.CloseStdin:input_type -> process.CloseStdinRequest
-	5,  // 33: process.Process.List:output_type -> process.ListResponse
-	11, // 34: process.Process.Connect:output_type -> process.ConnectResponse
-	10, // 35: process.Process.Start:output_type -> process.StartResponse
-	8,  // 36: process.Process.Update:output_type -> process.UpdateResponse
-	16, // 37: process.Process.StreamInput:output_type -> process.StreamInputResponse
-	13, // 38: process.Process.SendInput:output_type -> process.SendInputResponse
-	18, // 39: process.Process.SendSignal:output_type -> process.SendSignalResponse
-	20, // 40: process.Process.CloseStdin:output_type -> process.CloseStdinResponse
-	33, // [33:41] is the sub-list for method output_type
-	25, // [25:33] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	23, // 21: process.CloseStdinRequest.process:type_name -> process.ProcessSelector
+	23, // 22: process.ConnectRequest.process:type_name -> process.ProcessSelector
+	1,  // 23: process.ProcessEvent.EndEvent.reason:type_name -> process.ProcessEvent.EndReason
+	29, // 24: process.ProcessEvent.EndEvent.usage:type_name -> process.ProcessEvent.ResourceUsage
+	23, // 25: process.StreamInputRequest.StartEvent.process:type_name -> process.ProcessSelector
+	15, // 26: process.StreamInputRequest.DataEvent.input:type_name -> process.ProcessInput
+	4,  // 27: process.Process.List:input_type -> process.ListRequest
+	22, // 28: process.Process.Connect:input_type -> process.ConnectRequest
+	7,  // 29: process.Process.Start:input_type -> process.StartRequest
+	8,  // 30: process.Process.Update:input_type -> process.UpdateRequest
+	16, // 31: process.Process.StreamInput:input_type -> process.StreamInputRequest
+	13, // 32: process.Process.SendInput:input_type -> process.SendInputRequest
+	18, // 33: process.Process.SendSignal:input_type -> process.SendSignalRequest
+	20, // 34: process.Process.CloseStdin:input_type -> process.CloseStdinRequest
+	6,  // 35: process.Process.List:output_type -> process.ListResponse
+	12, // 36: process.Process.Connect:output_type -> process.ConnectResponse
+	11, // 37: process.Process.Start:output_type -> process.StartResponse
+	9,  // 38: process.Process.Update:output_type -> process.UpdateResponse
+	17, // 39: process.Process.StreamInput:output_type -> process.StreamInputResponse
+	14, // 40: process.Process.SendInput:output_type -> process.SendInputResponse
+	19, // 41: process.Process.SendSignal:output_type -> process.SendSignalResponse
+	21, // 42: process.Process.CloseStdin:output_type -> process.CloseStdinResponse
+	35, // [35:43] is the sub-list for method output_type
+	27, // [27:35] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_process_process_proto_init() }
@@ -2023,8 +2186,8 @@ func file_process_process_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_process_process_proto_rawDesc), len(file_process_process_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   31,
+			NumEnums:      2,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

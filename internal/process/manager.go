@@ -330,7 +330,7 @@ func (m *Manager) startPumps(p *Process, exitc <-chan reaper.Exit, o StartOption
 	if o.Timeout > 0 {
 		timer = m.opts.Clock.AfterFunc(o.Timeout, func() {
 			m.logger.Info("process lifetime ran out: killing its process group", "pid", p.pid, "timeout", o.Timeout)
-			p.Signal(syscall.SIGKILL)
+			p.signalFor(syscall.SIGKILL, EndTimedOut)
 		}, "process", "timeout")
 	}
 	go p.wait(exitc, func() {
@@ -536,15 +536,15 @@ func (m *Manager) Shutdown(ctx context.Context) (killed int) {
 		// An interactive shell ignores SIGTERM; on a terminal, tell it the
 		// terminal is going away, as closing a terminal window does.
 		if p.IsPTY() {
-			p.Signal(syscall.SIGHUP)
+			p.signalFor(syscall.SIGHUP, EndShutdown)
 		}
-		p.Signal(syscall.SIGTERM)
+		p.signalFor(syscall.SIGTERM, EndShutdown)
 	}
 	for _, p := range ps {
 		select {
 		case <-p.Done():
 		case <-ctx.Done():
-			p.Signal(syscall.SIGKILL)
+			p.signalFor(syscall.SIGKILL, EndShutdown)
 			killed++
 			<-p.Done()
 		}

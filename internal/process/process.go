@@ -93,6 +93,51 @@ type Exit struct {
 	Code   int    // -1 when a signal ended it
 	Exited bool   // false when a signal ended it
 	Status string // "exit status 3", "signal: killed"
+	// Reason says why it ended; Usage what it used (nil when unknown).
+	Reason EndReason
+	Usage  *Usage
+}
+
+// EndReason says why a process ended.
+type EndReason uint8
+
+// End reasons.
+const (
+	// EndExited: it exited by itself; Code is its status.
+	EndExited EndReason = iota + 1
+	// EndSignaled: a signal envd was not asked for ended it (its own, or
+	// another process's).
+	EndSignaled
+	// EndTimedOut: its lifetime (StartOptions.Timeout) ran out and envd
+	// killed it.
+	EndTimedOut
+	// EndClientSignal: a signal a client sent (Signal) ended it.
+	EndClientSignal
+	// EndShutdown: envd's shutdown ended it.
+	EndShutdown
+)
+
+func (r EndReason) String() string {
+	switch r {
+	case EndExited:
+		return "exited"
+	case EndSignaled:
+		return "signaled"
+	case EndTimedOut:
+		return "timed out"
+	case EndClientSignal:
+		return "killed by a client's signal"
+	case EndShutdown:
+		return "killed at envd's shutdown"
+	}
+	return "unknown"
+}
+
+// Usage is what a process used, from wait4's rusage: the process and the
+// descendants it waited for.
+type Usage struct {
+	UserCPU, SystemCPU time.Duration
+	MaxRSS             int64 // peak resident set, bytes
 }
 
 // Process is one spawned program.
@@ -113,6 +158,10 @@ type Process struct {
 
 	outputs  []*os.File    // read ends of stdout/stderr, or the pty master
 	killc    chan struct{} // closed by the first SIGKILL or SIGTERM sent
+	// sent maps each signal envd sent to why (the first cause per signal):
+	// the reason of an end by that signal. Guarded by sentMu.
+	sentMu sync.Mutex
+	sent   map[syscall.Signal]EndReason
 	killOnce sync.Once
 	signal   func(syscall.Signal) error // signals the process group (session)
 	release  func()                     // after the end: signal finds it done
@@ -281,6 +330,20 @@ func (p *Process) Resize(s Size) error {
 // SIGTERM the end waits for the group to be gone (see awaitGroup) but no
 // longer for output pipes held by processes outside it.
 func (p *Process) Signal(sig syscall.Signal) error {
+	return p.signalFor(sig, EndClientSignal)
+}
+
+// signalFor is Signal, noting why envd sends sig: if sig ends the
+// process, why is the end's reason.
+func (p *Process) signalFor(sig syscall.Signal, why EndReason) error {
+	p.sentMu.Lock()
+	if p.sent == nil {
+		p.sent = map[syscall.Signal]EndReason{}
+	}
+	if _, ok := p.sent[sig]; !ok {
+		p.sent[sig] = why
+	}
+	p.sentMu.Unlock()
 	if _, ended := p.Exit(); ended {
 		return errorf(ErrNotFound, "process with pid %d has already exited", p.pid)
 	}
@@ -358,6 +421,31 @@ func unread(f *os.File) int {
 	return n
 }
 
+// endReason is why the process ended as ex says.
+func (p *Process) endReason(ex reaper.Exit) EndReason {
+	if ex.Status.Exited() {
+		return EndExited
+	}
+	p.sentMu.Lock()
+	defer p.sentMu.Unlock()
+	if why, ok := p.sent[ex.Status.Signal()]; ok {
+		return why
+	}
+	return EndSignaled
+}
+
+// usage converts wait4's rusage.
+func usage(ex reaper.Exit) *Usage {
+	if ex.Usage == nil {
+		return nil
+	}
+	return &Usage{
+		UserCPU:   time.Duration(ex.Usage.Utime.Nano()),
+		SystemCPU: time.Duration(ex.Usage.Stime.Nano()),
+		MaxRSS:    ex.Usage.Maxrss * 1024, // Linux reports KiB
+	}
+}
+
 // wait ends the process's life: it waits for the exit, then for the output to
 // be drained, then stores the exit and wakes every reader.
 func (p *Process) wait(exitc <-chan reaper.Exit, cleanup func()) {
@@ -393,7 +481,7 @@ func (p *Process) wait(exitc <-chan reaper.Exit, cleanup func()) {
 		f.Close()
 	}
 	p.closeStdin()
-	p.exit = Exit{Code: ex.Code(), Exited: ex.Status.Exited(), Status: ex.String()}
+	p.exit = Exit{Code: ex.Code(), Exited: ex.Status.Exited(), Status: ex.String(), Reason: p.endReason(ex), Usage: usage(ex)}
 	p.log.Close()
 	cleanup()
 	close(p.done)

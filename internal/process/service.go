@@ -150,7 +150,7 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 	if err != nil {
 		return toConnectErr(err)
 	}
-	return s.streamEvents(ctx, p, server.KeepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
+	return s.streamEvents(ctx, p, server.KeepaliveInterval(req.Header()), typedEnds(req.Header()), func(e *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: e})
 	})
 }
@@ -166,7 +166,7 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 	if err != nil {
 		return toConnectErr(err)
 	}
-	return s.streamEvents(ctx, p, server.KeepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
+	return s.streamEvents(ctx, p, server.KeepaliveInterval(req.Header()), typedEnds(req.Header()), func(e *pb.ProcessEvent) error {
 		return stream.Send(&pb.ConnectResponse{Event: e})
 	})
 }
@@ -174,7 +174,7 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 // streamEvents sends start, then every output record, keepalives while the
 // process is quiet, and the end once its output is exhausted. It owns send:
 // only this goroutine writes to the stream.
-func (s *Service) streamEvents(ctx context.Context, p *Process, keepalive time.Duration, send func(*pb.ProcessEvent) error) error {
+func (s *Service) streamEvents(ctx context.Context, p *Process, keepalive time.Duration, typed bool, send func(*pb.ProcessEvent) error) error {
 	rd := p.Follow()
 	defer rd.Close()
 	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: p.Pid()}}}); err != nil {
@@ -192,7 +192,7 @@ func (s *Service) streamEvents(ctx context.Context, p *Process, keepalive time.D
 		},
 		Pump: func() (bool, error) {
 			if eof {
-				return false, sendEnd(p, send)
+				return false, sendEnd(p, typed, send)
 			}
 			recs, err := rd.Read()
 			if lost, ok := errors.AsType[*outbuf.LostError](err); ok {
@@ -200,7 +200,7 @@ func (s *Service) streamEvents(ctx context.Context, p *Process, keepalive time.D
 			}
 			if err != nil { // io.EOF
 				eof = true
-				return false, sendEnd(p, send)
+				return false, sendEnd(p, typed, send)
 			}
 			for _, r := range recs {
 				if err := send(dataEvent(r)); err != nil {
@@ -215,9 +215,33 @@ func (s *Service) streamEvents(ctx context.Context, p *Process, keepalive time.D
 	}.Run(ctx)
 }
 
+// endReason is r on the wire.
+func endReason(r EndReason) pb.ProcessEvent_EndReason {
+	switch r {
+	case EndExited:
+		return pb.ProcessEvent_END_REASON_EXITED
+	case EndSignaled:
+		return pb.ProcessEvent_END_REASON_SIGNALED
+	case EndTimedOut:
+		return pb.ProcessEvent_END_REASON_TIMED_OUT
+	case EndClientSignal:
+		return pb.ProcessEvent_END_REASON_CLIENT_SIGNAL
+	case EndShutdown:
+		return pb.ProcessEvent_END_REASON_SHUTDOWN
+	}
+	return pb.ProcessEvent_END_REASON_UNSPECIFIED
+}
+
+// typedEnds tells whether a client may get the end's reason and usage:
+// not an older Python SDK (User-Agent connect-python), which refuses a
+// response with fields it does not know.
+func typedEnds(h http.Header) bool {
+	return !strings.HasPrefix(strings.ToLower(h.Get("User-Agent")), "connect-python")
+}
+
 // sendEnd sends the process's end once it is published, and returns
 // streamloop.Done; before, it returns nil (the loop waits for p.Done).
-func sendEnd(p *Process, send func(*pb.ProcessEvent) error) error {
+func sendEnd(p *Process, typed bool, send func(*pb.ProcessEvent) error) error {
 	ex, ok := p.Exit()
 	if !ok {
 		return nil
@@ -225,6 +249,16 @@ func sendEnd(p *Process, send func(*pb.ProcessEvent) error) error {
 	end := &pb.ProcessEvent_EndEvent{ExitCode: int32(ex.Code), Exited: ex.Exited, Status: ex.Status}
 	if ex.Code != 0 || !ex.Exited {
 		end.Error = &ex.Status
+	}
+	if typed {
+		end.Reason = endReason(ex.Reason)
+		if u := ex.Usage; u != nil {
+			end.Usage = &pb.ProcessEvent_ResourceUsage{
+				UserCpuUs:   uint64(u.UserCPU.Microseconds()),
+				SystemCpuUs: uint64(u.SystemCPU.Microseconds()),
+				MaxRssBytes: uint64(max(u.MaxRSS, 0)),
+			}
+		}
 	}
 	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}); err != nil {
 		return err

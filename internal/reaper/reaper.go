@@ -38,6 +38,9 @@ import (
 // Exit is how a child ended.
 type Exit struct {
 	Status syscall.WaitStatus
+	// Usage is what the child used (wait4's rusage: its own and its
+	// waited-for descendants'); nil when unknown.
+	Usage *syscall.Rusage
 }
 
 // Code is the exit code, or -1 when a signal ended the child.
@@ -143,14 +146,15 @@ func reapAll(logger *slog.Logger) {
 	}()
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		ru := new(syscall.Rusage)
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, ru)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
 		if err != nil || pid <= 0 {
 			return
 		}
-		deliver(logger, pid, Exit{Status: ws})
+		deliver(logger, pid, Exit{Status: ws, Usage: ru})
 	}
 }
 
@@ -265,7 +269,11 @@ func startUnreaped(cmd *exec.Cmd, ch chan Exit) error {
 			ch <- Exit{Status: syscall.WaitStatus(syscall.SIGKILL)}
 			return
 		}
-		ch <- Exit{Status: st.Sys().(syscall.WaitStatus)}
+		ex := Exit{Status: st.Sys().(syscall.WaitStatus)}
+		if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
+			ex.Usage = ru
+		}
+		ch <- ex
 	}()
 	return nil
 }

@@ -206,9 +206,7 @@ type headers struct {
 func (h *headers) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	for k, vs := range h.header {
-		for _, v := range vs {
-			r.Header.Add(k, v)
-		}
+		r.Header[http.CanonicalHeaderKey(k)] = vs // replacing the client's own (User-Agent)
 	}
 	if h.user != "" {
 		r.Header.Set("Authorization", BasicAuth(h.user))
