@@ -140,4 +140,3 @@ func (a *API) sendZip(w io.Writer, u *identity.User, p string, start func()) err
 	start()
 	return zw.Close()
 }
-
