@@ -156,12 +156,12 @@ type Process struct {
 	stdin *os.File // guarded by inMu; nil when disabled or closed
 	tty   *os.File // the pty master; nil for pipe processes
 
-	outputs  []*os.File    // read ends of stdout/stderr, or the pty master
-	killc    chan struct{} // closed by the first SIGKILL or SIGTERM sent
+	outputs []*os.File    // read ends of stdout/stderr, or the pty master
+	killc   chan struct{} // closed by the first SIGKILL or SIGTERM sent
 	// sent maps each signal envd sent to why (the first cause per signal):
 	// the reason of an end by that signal. Guarded by sentMu.
-	sentMu sync.Mutex
-	sent   map[syscall.Signal]EndReason
+	sentMu   sync.Mutex
+	sent     map[syscall.Signal]EndReason
 	killOnce sync.Once
 	signal   func(syscall.Signal) error // signals the process group (session)
 	release  func()                     // after the end: signal finds it done
