@@ -341,6 +341,12 @@ func (r *Execution) ID() string { return r.res.ID }
 // ContextID is the context the code runs on.
 func (r *Execution) ContextID() string { return r.res.ContextID }
 
+// Count is the kernel's execution count of the code (In [n]), as
+// ExecResult.Count will say: known once Execute has returned (after
+// Attach, 0 until the execution's start event has come). Call it from the
+// goroutine that follows the execution, or from the callbacks.
+func (r *Execution) Count() int64 { return r.res.Count }
+
 func (r *Execution) setStream(s interface {
 	serverStream[ipb.ExecuteResponse]
 	Close() error

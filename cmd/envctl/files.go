@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,14 +126,24 @@ var catCommand = &command{
 
 const remotePrefix = "envd:"
 
+type cpOpts struct{ recursive, verbose bool }
+
 var cpCommand = &command{
 	name:         "cp",
-	args:         "SRC DST",
-	summary:      "copy a file into or out of the sandbox; write the sandbox side envd:PATH (- is stdin or stdout)",
+	args:         "[-r] [-v] SRC DST",
+	summary:      "copy files into or out of the sandbox (-r: directories too); write the sandbox side envd:PATH (- is stdin or stdout)",
 	interspersed: true,
-	run: func(ctx context.Context, e *env, _ any, args []string) error {
+	flags: func(fs *flag.FlagSet) any {
+		o := &cpOpts{}
+		fs.BoolVar(&o.recursive, "r", false, "copy directories: their files with their permission bits, empty directories, and symlinks as symlinks (never followed)")
+		fs.BoolVar(&o.recursive, "R", false, "the same as -r")
+		fs.BoolVar(&o.verbose, "v", false, "with -r, name each file as it is copied")
+		return o
+	},
+	run: func(ctx context.Context, e *env, opts any, args []string) error {
+		o := opts.(*cpOpts)
 		if len(args) != 2 {
-			return usageError{"cp: give SRC and DST, one of them envd:PATH (usage: envctl cp SRC DST)"}
+			return usageError{"cp: give SRC and DST, one of them envd:PATH (usage: envctl cp [-r] SRC DST)"}
 		}
 		src, dst := args[0], args[1]
 		srcRemote, dstRemote := strings.HasPrefix(src, remotePrefix), strings.HasPrefix(dst, remotePrefix)
@@ -141,11 +153,95 @@ var cpCommand = &command{
 		case !srcRemote && !dstRemote:
 			return usageError{"cp: neither SRC nor DST is in the sandbox: write the sandbox side envd:PATH"}
 		case dstRemote:
-			return upload(ctx, e, src, strings.TrimPrefix(dst, remotePrefix))
+			dst = strings.TrimPrefix(dst, remotePrefix)
+			if src != "-" {
+				// The directory named is followed if it is a link; links
+				// inside it are not.
+				if fi, err := os.Stat(src); err == nil && fi.IsDir() {
+					if !o.recursive {
+						return fmt.Errorf("cp: -r not specified; omitting directory '%s'", src)
+					}
+					return uploadTree(ctx, e, o, src, dst)
+				}
+			}
+			return upload(ctx, e, src, dst)
 		default:
-			return download(ctx, e, strings.TrimPrefix(src, remotePrefix), dst)
+			src = strings.TrimPrefix(src, remotePrefix)
+			if o.recursive {
+				fi, err := e.c.Stat(ctx, src)
+				if err != nil {
+					return err
+				}
+				if fi.Type == client.TypeDir {
+					return downloadTree(ctx, e, o, src, fi, dst)
+				}
+			}
+			err := download(ctx, e, src, dst)
+			if !o.recursive && errors.Is(err, client.ErrInvalidArgument) {
+				if fi, serr := e.c.Stat(ctx, src); serr == nil && fi.Type == client.TypeDir {
+					return fmt.Errorf("cp: -r not specified; omitting directory 'envd:%s'", src)
+				}
+			}
+			return err
 		}
 	},
+}
+
+var statCommand = &command{
+	name:         "stat",
+	args:         "[--json] PATH...",
+	summary:      "describe files of the sandbox (a symlink itself, not what it points to)",
+	interspersed: true,
+	flags:        jsonFlag,
+	run: func(ctx context.Context, e *env, opts any, args []string) error {
+		if len(args) == 0 {
+			return usageError{"stat: no PATH given (usage: envctl stat [--json] PATH...)"}
+		}
+		for _, p := range args {
+			fi, err := e.c.Stat(ctx, p)
+			if err != nil {
+				return err
+			}
+			if opts.(*jsonOpts).json {
+				if err := printJSON(e.stdout, toFileJSON(*fi)); err != nil {
+					return err
+				}
+				continue
+			}
+			printStat(e.stdout, fi)
+		}
+		return nil
+	},
+}
+
+// printStat describes a file as stat(1) does, a field a line.
+func printStat(w io.Writer, fi *client.FileInfo) {
+	name, kind := fi.Path, fi.Type.String()
+	if strings.HasPrefix(fi.Permissions, "L") {
+		// envd resolves the link; one that resolves to nothing has its
+		// own path as target.
+		if fi.SymlinkTarget == fi.Path {
+			name += " -> (resolves to nothing)"
+		} else {
+			name += " -> " + fi.SymlinkTarget
+		}
+		kind = "symlink"
+		if fi.Type != client.TypeOther {
+			kind += " to a " + map[client.FileType]string{client.TypeFile: "file", client.TypeDir: "directory"}[fi.Type]
+		}
+	} else if fi.Type == client.TypeDir {
+		kind = "directory"
+	}
+	fmt.Fprintf(w, "  File: %s\n", name)
+	fmt.Fprintf(w, "  Type: %s\n", kind)
+	fmt.Fprintf(w, "  Size: %d\n", fi.Size)
+	fmt.Fprintf(w, "  Mode: %04o (%s)\n", uint32(fi.Mode.Perm()), fi.Permissions)
+	fmt.Fprintf(w, " Owner: %s\n", fi.Owner)
+	fmt.Fprintf(w, " Group: %s\n", fi.Group)
+	fmt.Fprintf(w, "Modify: %s\n", fi.ModTime.Local().Format("2006-01-02 15:04:05.000000000 -0700"))
+	for _, k := range slices.Sorted(maps.Keys(fi.Metadata)) {
+		fmt.Fprintf(w, "  Meta: %s=%s\n", k, fi.Metadata[k])
+	}
 }
 
 func upload(ctx context.Context, e *env, src, dst string) error {
@@ -163,7 +259,7 @@ func upload(ctx context.Context, e *env, src, dst string) error {
 			return fmt.Errorf("cp: %w", err)
 		}
 		if fi.IsDir() {
-			return fmt.Errorf("cp: %s is a directory: envctl copies single files", src)
+			return fmt.Errorf("cp: -r not specified; omitting directory '%s'", src)
 		}
 		r, size, name = f, fi.Size(), filepath.Base(src)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/envd-dev/envd/client"
@@ -93,7 +94,85 @@ type healthJSON struct {
 	LatencyMS float64 `json:"latency_ms"`
 }
 
-// printJSON writes v as one line of JSON.
+// printJSON writes v as one line of JSON, with <, > and & as they are
+// (tracebacks and text/html results are full of them).
 func printJSON(w io.Writer, v any) error {
-	return json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }
+
+// exec-code --json prints one object a line per event, its kind in "type":
+// stdout, stderr, result, error, notice, and end last.
+
+type outputJSON struct {
+	Type string    `json:"type"` // stdout or stderr
+	Text string    `json:"text"`
+	Time time.Time `json:"time,omitzero"`
+}
+
+// resultJSON has the result's data as the kernel gave it: each MIME type's
+// JSON value (base64 for images).
+type resultJSON struct {
+	Type         string                     `json:"type"` // result
+	IsMainResult bool                       `json:"is_main_result"`
+	Text         string                     `json:"text"` // the text/plain form
+	Data         map[string]json.RawMessage `json:"data"`
+	// Files are the images written by --save-dir.
+	Files []string `json:"files,omitempty"`
+}
+
+func toResultJSON(r client.Result, files []savedImage) resultJSON {
+	out := resultJSON{Type: "result", IsMainResult: r.Main, Text: r.Text, Data: map[string]json.RawMessage{}}
+	for k, v := range r.Data {
+		if !json.Valid(v) {
+			v, _ = json.Marshal(string(v))
+		}
+		out.Data[k] = v
+	}
+	for _, f := range files {
+		out.Files = append(out.Files, f.path)
+	}
+	return out
+}
+
+// codeErrorJSON is the exception the code raised. Its traceback is as the
+// kernel sent it (lines joined without separators, ANSI escapes kept).
+type codeErrorJSON struct {
+	Type      string `json:"type"` // error
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
+}
+
+type noticeJSON struct {
+	Type string    `json:"type"` // notice
+	Kind string    `json:"kind"` // kernel_restarted, kernel_replaced, packages_changed
+	Text string    `json:"text"`
+	Time time.Time `json:"time,omitzero"`
+}
+
+func toNoticeJSON(n client.Notice) noticeJSON {
+	return noticeJSON{Type: "notice", Kind: snake(n.Kind.String()), Text: n.Text, Time: n.Time}
+}
+
+type endJSON struct {
+	Type string `json:"type"` // end
+	// Reason is ok, error, interrupted, timed_out, kernel_died,
+	// context_restarted or server_restarted.
+	Reason         string `json:"reason"`
+	Message        string `json:"message,omitempty"`
+	ExecutionID    string `json:"execution_id"`
+	ContextID      string `json:"context_id"`
+	ExecutionCount int64  `json:"execution_count"`
+}
+
+func toEndJSON(res *client.ExecResult) endJSON {
+	return endJSON{
+		Type: "end", Reason: snake(res.Reason.String()), Message: res.Message,
+		ExecutionID: res.ID, ContextID: res.ContextID, ExecutionCount: res.Count,
+	}
+}
+
+// snake writes a name of words in snake_case: "timed out" is "timed_out".
+func snake(s string) string { return strings.ReplaceAll(s, " ", "_") }

@@ -44,7 +44,7 @@ type command struct {
 
 var commands = []*command{
 	runCommand, psCommand, killCommand,
-	lsCommand, catCommand, cpCommand, watchCommand,
+	lsCommand, statCommand, catCommand, cpCommand, watchCommand,
 	execCodeCommand, languagesCommand, pkgCommand,
 	healthCommand, metricsCommand, envsCommand,
 }

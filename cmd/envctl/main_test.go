@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"flag"
 	"maps"
@@ -94,11 +93,11 @@ func TestParseInterspersed(t *testing.T) {
 
 func TestReadBlock(t *testing.T) {
 	t.Parallel()
-	in := bufio.NewReader(strings.NewReader("x = 1\nfor i in range(3):\n    print(i)\n\nlast"))
 	var prompts bytes.Buffer
+	lines := newPlainLines(strings.NewReader("x = 1\nfor i in range(3):\n    print(i)\n\nlast"), &prompts)
 	var got []string
 	for {
-		b, err := readBlock(in, &prompts)
+		b, err := readBlock(lines)
 		if err != nil {
 			break
 		}

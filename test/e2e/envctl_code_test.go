@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -70,27 +71,61 @@ func TestEnvctlExecCode(t *testing.T) {
 		})
 		var screen syncBuffer
 		go io.Copy(&screen, tty)
-		testutil.Poll(t, "the prompt", func() bool { return strings.Contains(screen.String(), ">>> ") })
-		io.WriteString(tty, "a = 'first'\n")
-		io.WriteString(tty, "b = 'second'\n")
-		io.WriteString(tty, "print(a)\n")
-		testutil.Poll(t, "a", func() bool { return strings.Contains(screen.String(), "first\r\n") })
-		io.WriteString(tty, "b\n")
+		// Keys go once the prompt is up (the terminal is raw then: keys
+		// typed while code runs are the terminal's own, Ctrl-C a SIGINT).
+		prompts := 0
+		send := func(keys string) {
+			t.Helper()
+			prompts++
+			testutil.Poll(t, fmt.Sprintf("prompt %d", prompts), func() bool { return strings.Count(screen.String(), ">>> ") >= prompts })
+			io.WriteString(tty, keys)
+		}
+		count := func(s string) func() bool {
+			n := strings.Count(screen.String(), s)
+			return func() bool { return strings.Count(screen.String(), s) > n }
+		}
+		send("a = 'first'\n")
+		send("b = 'second'\n")
+		first := count("first\r\n")
+		send("print(a)\n")
+		testutil.Poll(t, "a", first)
+		send("b\n")
 		testutil.Poll(t, "b", func() bool { return strings.Contains(screen.String(), "second\r\n") })
-		io.WriteString(tty, "print(nothing)\n")
+		send("print(nothing)\n")
 		testutil.Poll(t, "the error", func() bool { return strings.Contains(screen.String(), "NameError") })
 		// A block: a line ending in ":" opens it, an empty line closes it.
-		io.WriteString(tty, "for i in range(2):\n")
-		io.WriteString(tty, "    print('loop', i)\n")
-		io.WriteString(tty, "\n")
+		send("for i in range(2):\n    print('loop', i)\n\n")
 		testutil.Poll(t, "the loop", func() bool { return strings.Contains(screen.String(), "loop 1\r\n") })
+		// Line editing: three Lefts, a t typed in, a Backspace at the end.
+		first = count("first\r\n")
+		send("prin(a)x\x1b[D\x1b[D\x1b[D\x1b[Dt\x1b[F\x7f\r")
+		testutil.Poll(t, "the edited line", first)
+		// History: Up is the line before.
+		first = count("first\r\n")
+		send("\x1b[A\r")
+		testutil.Poll(t, "the line from history", first)
+		// Ctrl-C at the prompt drops the line, as Python's does, and keeps
+		// it out of the history.
+		interrupt := count("KeyboardInterrupt")
+		send("this is not python\x03")
+		testutil.Poll(t, "KeyboardInterrupt", interrupt)
+		first = count("first\r\n")
+		send("\x1b[A\n")
+		testutil.Poll(t, "history without the dropped line", first)
+		if strings.Contains(screen.String(), "SyntaxError") {
+			t.Errorf("the line dropped by Ctrl-C ran:\n%s", screen.String())
+		}
 		// A Ctrl-C while code runs interrupts it, not envctl.
-		io.WriteString(tty, "print('going', flush=True); import time; time.sleep(30)\n")
+		send("print('going', flush=True); import time; time.sleep(30)\n")
 		testutil.Poll(t, "the sleep to run", func() bool { return strings.Contains(screen.String(), "going\r\n") })
+		interrupt = count("KeyboardInterrupt")
 		io.WriteString(tty, "\x03")
-		testutil.Poll(t, "the interrupt", func() bool { return strings.Contains(screen.String(), "KeyboardInterrupt") })
-		io.WriteString(tty, "print(a)\n")
-		testutil.Poll(t, "a again", func() bool { return strings.Count(screen.String(), "first\r\n") == 2 })
+		testutil.Poll(t, "the interrupt", interrupt)
+		first = count("first\r\n")
+		send("print(a)\n")
+		testutil.Poll(t, "a again", first)
+		prompts++
+		testutil.Poll(t, "the last prompt", func() bool { return strings.Count(screen.String(), ">>> ") >= prompts })
 		io.WriteString(tty, "\x04") // Ctrl-D
 		if code := waitExit(t, cmd); code != 0 {
 			t.Errorf("exit %d after Ctrl-D; screen:\n%s", code, screen.String())

@@ -468,6 +468,33 @@ func TestEnvctlFiles(t *testing.T) {
 			t.Errorf("cat: %+v", r)
 		}
 	})
+	t.Run("stat", func(t *testing.T) {
+		links := t.TempDir()
+		if err := os.Symlink(dir+"/g.txt", filepath.Join(links, "link")); err != nil {
+			t.Fatal(err)
+		}
+		r := envctl(t, nil, nil, addr, "stat", dir+"/g.txt", dir+"/d", links+"/link")
+		if r.code != 0 || !strings.Contains(r.stdout, "  File: "+dir+"/g.txt\n  Type: file\n  Size: 2\n  Mode: 0600 (-rw-------)\n Owner: root\n Group: root\nModify: ") ||
+			!strings.Contains(r.stdout, "  File: "+dir+"/d\n  Type: directory\n") ||
+			!strings.Contains(r.stdout, "  File: "+links+"/link -> "+dir+"/g.txt\n  Type: symlink to a file\n") || r.stderr != "" {
+			t.Errorf("stat: %+v", r)
+		}
+		// One object a line, one a PATH; a link is described, not followed.
+		r = envctl(t, nil, nil, addr, "stat", "--json", dir+"/g.txt", links+"/link")
+		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+		var file, link map[string]any
+		if r.code != 0 || len(lines) != 2 || json.Unmarshal([]byte(lines[0]), &file) != nil || json.Unmarshal([]byte(lines[1]), &link) != nil {
+			t.Fatalf("stat --json: %+v", r)
+		}
+		if file["path"] != dir+"/g.txt" || file["name"] != "g.txt" || file["type"] != "file" || file["mode"] != "0600" ||
+			file["permissions"] != "-rw-------" || file["size"] != float64(2) || file["owner"] != "root" || file["symlink_target"] != nil {
+			t.Errorf("stat --json of a file: %v", file)
+		}
+		if link["path"] != links+"/link" || link["permissions"] != "Lrwxrwxrwx" || link["symlink_target"] != dir+"/g.txt" ||
+			link["size"] != float64(len(dir+"/g.txt")) {
+			t.Errorf("stat --json of a link: %v", link)
+		}
+	})
 	t.Run("ps and kill", func(t *testing.T) {
 		run, _, _ := startCtl(t, addr, "run", "--tag", "sleeper", "--", "sleep", "30")
 		var pid string
@@ -634,7 +661,12 @@ func TestEnvctlBadInput(t *testing.T) {
 		{"cp of a missing local file", nil, []string{addr, "cp", "/no/such/local", "envd:/tmp/x"}, "no such file or directory"},
 		{"cp of a missing remote file", nil, []string{addr, "cp", "envd:/no/such/remote", "/tmp/x"}, "path '/no/such/remote' does not exist"},
 		{"cp into a missing local dir", nil, []string{addr, "cp", "envd:/etc/hostname", "/no/such/dir/"}, "does not exist"},
-		{"cp of a local dir", nil, []string{addr, "cp", "/tmp", "envd:/tmp/x"}, "is a directory"},
+		{"cp of a local dir", nil, []string{addr, "cp", "/tmp", "envd:/tmp/x"}, "cp: -r not specified; omitting directory '/tmp'"},
+		{"cp of a sandbox dir", nil, []string{addr, "cp", "envd:/tmp", "/tmp/x"}, "cp: -r not specified; omitting directory 'envd:/tmp'"},
+		{"cp -r of a sandbox dir to stdout", nil, []string{addr, "cp", "-r", "envd:/tmp", "-"}, "cp: 'envd:/tmp' is a directory: it cannot go to stdout"},
+		{"cp -r of a dir onto a file", nil, []string{addr, "cp", "-r", "envd:/tmp", "/etc/hostname"}, "cannot overwrite non-directory '/etc/hostname' with directory 'envd:/tmp'"},
+		{"stat without a path", nil, []string{addr, "stat"}, "stat: no PATH given"},
+		{"stat of a missing path", nil, []string{addr, "stat", "/no/such/file"}, "not found"},
 		{"watch without a path", nil, []string{addr, "watch"}, "watch: give one PATH"},
 		{"watch of a missing dir", nil, []string{addr, "watch", "/no/such/dir"}, "not found"},
 		{"exec-code with two files", nil, []string{addr, "exec-code", "a", "b"}, "at most one FILE"},
@@ -664,7 +696,7 @@ func TestEnvctlBadInput(t *testing.T) {
 	if r := envctl(t, nil, nil, addr, "help"); r.code != 0 || !strings.Contains(r.stdout, "usage: envctl") {
 		t.Errorf("help: %+v", r)
 	}
-	if r := envctl(t, nil, nil, "help", "cp"); r.code != 0 || !strings.Contains(r.stdout, "usage: envctl cp SRC DST") {
+	if r := envctl(t, nil, nil, "help", "cp"); r.code != 0 || !strings.Contains(r.stdout, "usage: envctl cp [-r] [-v] SRC DST") || !strings.Contains(r.stdout, "-r\tcopy directories") {
 		t.Errorf("help cp: %+v", r)
 	}
 	if r := envctl(t, nil, nil, "run", "--help"); r.code != 0 || !strings.Contains(r.stdout, "-pty") {
