@@ -406,7 +406,7 @@ func (r *Execution) awaitStarted() error {
 			}
 			return &Error{Op: r.op, Code: connect.CodeInternal, Message: "the execution ended before it started"}
 		}
-		if ev.Stdout != nil || ev.Stderr != nil || ev.Result != nil || ev.Error != nil {
+		if ev.Stdout != nil || ev.Stderr != nil || ev.Result != nil || ev.Error != nil || ev.Notice != nil {
 			// Output before started (an attach mid-way): keep it.
 			r.pending = append(r.pending, ev)
 		}
@@ -526,7 +526,7 @@ func (r *Execution) Events() iter.Seq2[ExecEvent, error] {
 				}
 				return
 			}
-			if ev.Stdout == nil && ev.Stderr == nil && ev.Result == nil && ev.Error == nil {
+			if ev.Stdout == nil && ev.Stderr == nil && ev.Result == nil && ev.Error == nil && ev.Notice == nil {
 				continue
 			}
 			r.record(ev)

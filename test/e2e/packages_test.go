@@ -190,4 +190,22 @@ func TestPackagesStaleContext(t *testing.T) {
 	if out := exec(user.ID, "import "+module+"\nprint("+module+".VERSION)"); out.Stdout != "2.0.0\n" || len(out.Notices) != 0 {
 		t.Errorf("after a restart: %+v", out)
 	}
+	// Pinned back: the notice also comes through Events, first.
+	install("1.0.0", false)
+	x, err := c.Execute(ctx, "1", client.ExecOptions{ContextID: user.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first *client.ExecEvent
+	for ev, err := range x.Events() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = &ev
+		}
+	}
+	if first == nil || first.Notice == nil || !strings.Contains(first.Notice.Text, "changed from 2.0.0 to 1.0.0") {
+		t.Errorf("first event through Events: %+v", first)
+	}
 }
