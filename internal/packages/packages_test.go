@@ -93,7 +93,7 @@ func TestInstallerKilled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		testutil.RequireReceive(t, accepted) // pip is waiting on the index
+		testutil.RequireReceiveWithin(t, accepted, testutil.Program) // pip is waiting on the index
 		if d, w := clock.AdvanceNext(); d < 59*time.Minute {
 			t.Fatalf("the next timer was %v away, not the deadline", d)
 		} else {
@@ -114,7 +114,7 @@ func TestInstallerKilled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		testutil.RequireReceive(t, accepted)
+		testutil.RequireReceiveWithin(t, accepted, testutil.Program)
 		if err := in.Close(testutil.Context(t, testutil.Wait)); err != nil {
 			t.Fatal(err)
 		}

@@ -34,6 +34,9 @@ const (
 	Wait = 15 * time.Second
 	// Start bounds a daemon's or a server's start.
 	Start = 30 * time.Second
+	// Program bounds a heavyweight program (pip, R, a JVM) getting to a
+	// point the test watches for: tens of seconds on a loaded machine.
+	Program = 2 * time.Minute
 )
 
 // pollEvery is how often Poll looks again.
@@ -78,14 +81,20 @@ func PollFor(d time.Duration, cond func() bool) bool {
 // comes within Wait or ch is closed.
 func RequireReceive[T any](tb testing.TB, ch <-chan T) T {
 	tb.Helper()
+	return RequireReceiveWithin(tb, ch, Wait)
+}
+
+// RequireReceiveWithin is RequireReceive with its own bound.
+func RequireReceiveWithin[T any](tb testing.TB, ch <-chan T, d time.Duration) T {
+	tb.Helper()
 	select {
 	case v, ok := <-ch:
 		if !ok {
 			tb.Fatalf("channel closed; want a value")
 		}
 		return v
-	case <-time.After(Wait):
-		tb.Fatalf("nothing received after %v", Wait)
+	case <-time.After(d):
+		tb.Fatalf("nothing received after %v", d)
 	}
 	var zero T
 	return zero
