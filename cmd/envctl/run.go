@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
 	"github.com/envd-dev/envd/client"
@@ -21,6 +22,7 @@ import (
 type runOpts struct {
 	pty     bool
 	noStdin bool
+	verbose bool
 	cwd     string
 	tag     string
 	timeout time.Duration
@@ -79,7 +81,7 @@ func (f durationFlag) Set(v string) error {
 
 var runCommand = &command{
 	name:    "run",
-	args:    "[--pty] [--cwd DIR] [--env K=V|K]... [--tag TAG] [--timeout D] [--no-stdin] -- CMD [ARG...]",
+	args:    "[--pty] [--cwd DIR] [--env K=V|K]... [--tag TAG] [--timeout D] [--no-stdin] [--verbose] -- CMD [ARG...]",
 	summary: "run a command in the sandbox, streaming its output; exit with its code",
 	flags: func(fs *flag.FlagSet) any {
 		o := &runOpts{}
@@ -89,6 +91,7 @@ var runCommand = &command{
 		fs.StringVar(&o.tag, "tag", "", "tag the process, for ps")
 		fs.Var(durationFlag{&o.timeout}, "timeout", "kill the command after this `DURATION`, e.g. 30s or 5m (default: none)")
 		fs.Var(&o.env, "env", "set an environment variable, `KEY=VALUE`, or KEY for its local value (repeatable)")
+		fs.BoolVar(&o.verbose, "verbose", false, "once the command ends, say on stderr why it ended and what it used (CPU time, peak memory)")
 		return o
 	},
 	run: runRun,
@@ -193,6 +196,9 @@ func runRun(ctx context.Context, e *env, opts any, args []string) error {
 	if exit.TimedOut {
 		fmt.Fprintf(e.stderr, "envctl: %s ran out of its %v timeout and was killed\n", cmd.Name, o.timeout)
 	}
+	if o.verbose {
+		fmt.Fprintf(e.stderr, "envctl: %s\n", exitText(exit))
+	}
 	switch {
 	case exit.Signal != 0:
 		return exitError{code: 128 + int(exit.Signal)}
@@ -202,4 +208,36 @@ func runRun(ctx context.Context, e *env, opts any, args []string) error {
 		return exitError{code: exit.Code}
 	}
 	return nil
+}
+
+// exitText says why a process ended and what it used: "exited with status
+// 3 (user 0.12s, system 0.03s, max RSS 64.1 MiB)", "killed by a client's
+// signal: SIGTERM (...)".
+func exitText(x *client.Exit) string {
+	var why string
+	switch {
+	case x.Reason == client.ExitReasonExited:
+		why = fmt.Sprintf("exited with status %d", x.Code)
+	case x.Reason != client.ExitReasonUnknown && x.Signal != 0:
+		why = x.Reason.String() + ": " + signalText(x.Signal)
+	case x.Reason != client.ExitReasonUnknown:
+		why = x.Reason.String()
+	case x.Status != "":
+		// An envd too old to say why: its description.
+		why = x.Status
+	default:
+		why = "ended"
+	}
+	if u := x.Usage; u != nil {
+		why += fmt.Sprintf(" (user %.2fs, system %.2fs, max RSS %s)", u.UserCPU.Seconds(), u.SystemCPU.Seconds(), bytesText(uint64(max(u.MaxRSS, 0))))
+	}
+	return why
+}
+
+// signalText names a signal as kill -l does, with SIG: "SIGTERM".
+func signalText(s syscall.Signal) string {
+	if name := unix.SignalName(s); name != "" {
+		return name
+	}
+	return fmt.Sprintf("signal %d", int(s))
 }

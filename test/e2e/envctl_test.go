@@ -175,13 +175,70 @@ func TestEnvctlRun(t *testing.T) {
 	})
 	t.Run("a signal to envctl goes to the process", func(t *testing.T) {
 		t.Parallel()
-		cmd, out, _ := startCtl(t, addr, "run", "--", "/bin/sh", "-c", "echo ready; exec sleep 30")
+		cmd, out, errb := startCtl(t, addr, "run", "--verbose", "--", "/bin/sh", "-c", "echo ready; exec sleep 30")
 		testutil.Poll(t, "the process to start", func() bool { return out.String() == "ready\n" })
 		cmd.Process.Signal(syscall.SIGINT)
 		if code := waitExit(t, cmd); code != 128+15 {
 			t.Errorf("envctl run after SIGINT: exit %d, want %d (the process got SIGTERM)", code, 128+15)
 		}
+		if !verboseEnd(t, errb.String(), "killed by a client's signal: SIGTERM") {
+			t.Errorf("envctl run --verbose after SIGINT: stderr %q", errb.String())
+		}
 	})
+	// --verbose: one line more on stderr, last, saying why the command
+	// ended and what it used. dd's 64 MiB buffer is in its peak RSS (the
+	// shell's, which counts the children it waited for).
+	t.Run("verbose", func(t *testing.T) {
+		t.Parallel()
+		tests := []struct {
+			args []string
+			code int
+			why  string
+		}{
+			{[]string{"--", "/bin/sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1 status=none; exit 3"}, 3, "exited with status 3"},
+			{[]string{"--", "/bin/sh", "-c", "echo out; kill -TERM $$"}, 128 + 15, "signaled: SIGTERM"},
+			{[]string{"--timeout", "300ms", "--", "sleep", "30"}, 128 + 9, "timed out: SIGKILL"},
+		}
+		for _, tt := range tests {
+			r := envctl(t, nil, nil, append([]string{addr, "run", "--verbose"}, tt.args...)...)
+			if r.code != tt.code || !verboseEnd(t, r.stderr, tt.why) {
+				t.Errorf("run --verbose %q: exit %d, stderr %q; want exit %d, last line %q and usage", tt.args, r.code, r.stderr, tt.code, tt.why)
+			}
+			if tt.code == 3 {
+				if rss := maxRSS(r.stderr); rss < 64<<20 {
+					t.Errorf("run --verbose %q: max RSS %.0f bytes, want 64 MiB or more (dd's buffer): %q", tt.args, rss, r.stderr)
+				}
+			}
+			if tt.code == 128+15 && r.stdout != "out\n" {
+				t.Errorf("run --verbose %q: stdout %q", tt.args, r.stdout)
+			}
+		}
+	})
+}
+
+// verboseLine is run --verbose's line: why the command ended, then what it
+// used.
+var verboseLine = regexp.MustCompile(`^envctl: (.+) \(user \d+\.\d\ds, system \d+\.\d\ds, max RSS (\d+(?:\.\d)?) (B|KiB|MiB|GiB)\)$`)
+
+// verboseEnd tells whether stderr ends with run --verbose's line saying
+// why.
+func verboseEnd(t *testing.T, stderr, why string) bool {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+	m := verboseLine.FindStringSubmatch(lines[len(lines)-1])
+	return strings.HasSuffix(stderr, "\n") && m != nil && m[1] == why
+}
+
+// maxRSS is the peak RSS run --verbose's last line reports, in bytes (-1
+// if there is none).
+func maxRSS(stderr string) float64 {
+	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+	m := verboseLine.FindStringSubmatch(lines[len(lines)-1])
+	if m == nil {
+		return -1
+	}
+	n, _ := strconv.ParseFloat(m[2], 64)
+	return n * map[string]float64{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[m[3]]
 }
 
 // TestEnvctlPTY runs an interactive shell through envctl --pty, with
