@@ -135,7 +135,10 @@ func (r ExitReason) String() string {
 // Usage is what a process (and the descendants it waited for) used.
 type Usage struct {
 	UserCPU, SystemCPU time.Duration
-	MaxRSS             int64 // peak resident set, bytes
+	// MaxRSS is the peak resident set in bytes, as wait4 reports it: at
+	// least envd's own resident set when the process started (Linux
+	// counts what a vfork child shares with envd until it execs).
+	MaxRSS int64
 }
 
 // Success tells whether the process exited with code 0.

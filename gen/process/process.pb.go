@@ -1687,7 +1687,10 @@ type ProcessEvent_ResourceUsage struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	UserCpuUs   uint64                 `protobuf:"varint,1,opt,name=user_cpu_us,json=userCpuUs,proto3" json:"user_cpu_us,omitempty"`
 	SystemCpuUs uint64                 `protobuf:"varint,2,opt,name=system_cpu_us,json=systemCpuUs,proto3" json:"system_cpu_us,omitempty"`
-	// max_rss_bytes is its peak resident set.
+	// max_rss_bytes is its peak resident set as wait4 reports it. Linux
+	// counts the memory a child shares with envd until it execs (it is
+	// started with vfork), so this is at least envd's own resident set at
+	// the start: telling for a program that grows past that, not below.
 	MaxRssBytes   uint64 `protobuf:"varint,3,opt,name=max_rss_bytes,json=maxRssBytes,proto3" json:"max_rss_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
