@@ -382,7 +382,13 @@ func (p *pool) delete(w *warmKernel) {
 func (p *pool) deleteKernel(client *jupyter.Client, id string) {
 	ctx, cancel := context.WithTimeout(p.hard, 30*time.Second)
 	defer cancel()
-	if err := client.DeleteKernel(ctx, id); err != nil && !gone(err) {
+	err := client.DeleteKernel(ctx, id)
+	switch {
+	case err == nil || gone(err):
+	case p.hard.Err() != nil:
+		// Shutdown's time is up: stopping the supervisor ends the kernel.
+		p.e.log.Debug("prestarted kernel not deleted: shutdown's time is up", "kernel_id", id, "error", err)
+	default:
 		p.e.log.Warn("cannot delete a prestarted kernel", "kernel_id", id, "error", err)
 	}
 }
