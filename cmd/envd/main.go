@@ -23,6 +23,7 @@ import (
 
 	"github.com/envd-dev/envd/internal/buildinfo"
 	"github.com/envd-dev/envd/internal/daemon"
+	"github.com/envd-dev/envd/internal/interpreter"
 )
 
 func main() {
@@ -48,6 +49,7 @@ func run() error {
 	fs.BoolVar(&cfg.JupyterAsRoot, "jupyter-as-root", false, "run Jupyter and its kernels as root even with -strict-users")
 	fs.BoolVar(&cfg.StrictUsers, "strict-users", false, "give each request exactly its user's rights, as in a shell of that user (real uid switch, no capabilities; a user sees only its own processes), and run Jupyter and its kernels as the default user (default: as upstream envd, files read and parents created as root, kernels as root)")
 	fs.BoolVar(&cfg.SyncClock, "sync-clock", false, "let POST /init set the machine's clock from its timestamp (off: the clock is never touched)")
+	warmKernels := fs.String("warm-kernels", interpreter.DefaultWarmKernels().String(), "prestarted kernels kept ready per language, as language=count items (python, r, bash; e.g. python=1,r=1): a new context takes one instead of waiting for a kernel start; each costs an idle kernel's memory (a Python one about 70 MB); python=0 or '' turns it off")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	version := fs.Bool("version", false, "print the version, commit and Go version, and exit")
@@ -83,6 +85,11 @@ func run() error {
 		return fmt.Errorf("%s%d: want at most %d", from("vsock-port"), *vsockPort, uint32(math.MaxUint32))
 	}
 	cfg.VsockPort = uint32(*vsockPort)
+	warm, err := interpreter.ParseWarmKernels(*warmKernels)
+	if err != nil {
+		return fmt.Errorf("%s%q: %v", from("warm-kernels"), *warmKernels, err)
+	}
+	cfg.WarmKernels = warm
 	if cfg.Port != 0 && cfg.Port == cfg.CodePort {
 		return fmt.Errorf("%s%d and %s%d are the same port: give the code API another one, or -code-port 0 to serve it on -port alone",
 			from("port"), cfg.Port, from("code-port"), cfg.CodePort)

@@ -135,6 +135,13 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeEx
 		sopts.RunAs = &jupyter.User{UID: runAs.UID, GID: runAs.GID, Groups: runAs.Groups, Home: runAs.Home, Name: runAs.Name}
 	}
 	c.sup = jupyter.New(sopts)
+	warm := cfg.WarmKernels
+	if warm == nil {
+		warm = interpreter.DefaultWarmKernels()
+	}
+	if err := warm.Validate(); err != nil {
+		return nil, fmt.Errorf("warm kernels: %w", err)
+	}
 	c.eng = interpreter.New(interpreter.Options{
 		Supervisor: c.sup,
 		RunAs:      runAs,
@@ -147,8 +154,9 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeEx
 			}
 			return ""
 		},
-		GlobalEnv: defs.InitEnv, // not the base: kernels have their own PATH
-		Logger:    log,
+		GlobalEnv:   defs.InitEnv, // not the base: kernels have their own PATH
+		Logger:      log,
+		WarmKernels: warm,
 	})
 	c.adapters(log, defs)
 	return c, nil

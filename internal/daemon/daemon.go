@@ -25,6 +25,7 @@ import (
 	"github.com/envd-dev/envd/internal/filesystem"
 	"github.com/envd-dev/envd/internal/httpapi"
 	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/interpreter"
 	"github.com/envd-dev/envd/internal/packages"
 	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/reaper"
@@ -64,6 +65,11 @@ type Config struct {
 	// JupyterAsRoot runs Jupyter and its kernels as root even with
 	// StrictUsers.
 	JupyterAsRoot bool
+	// WarmKernels is how many prestarted kernels the code engine keeps
+	// ready per language (interpreter.Options.WarmKernels). Nil: one
+	// Python kernel (interpreter.DefaultWarmKernels); empty, or every
+	// count 0: none.
+	WarmKernels interpreter.WarmKernels
 	// StrictUsers gives every request exactly the rights its user has in a
 	// shell: file operations switch real ids and drop capabilities, cwd
 	// checks run as the user, a non-root user sees and signals only its own

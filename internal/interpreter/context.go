@@ -67,6 +67,8 @@ type kernelState struct {
 	// (it died under the code, was restarted as a last resort, or its
 	// server went away), so the next one needs no notice.
 	lossReported bool
+	// warm: the kernel came from the pool of prestarted kernels.
+	warm bool
 }
 
 // usable reports whether the kernel can still run code; when false the
@@ -82,25 +84,46 @@ func (c *Context) Info() ContextInfo {
 	return ContextInfo{ID: c.ID, Language: c.Language, Cwd: c.Cwd}
 }
 
-func (c *Context) kernelOptions() jupyter.KernelOptions {
+// kernelOptions are the connection options of a kernel of kernelspec
+// kernel.
+func (e *Engine) kernelOptions(kernel string) jupyter.KernelOptions {
 	o := jupyter.KernelOptions{
-		Logger: c.eng.log,
+		Logger: e.log,
 		// The runner that takes the kernel's messages may itself wait up to
 		// ReaderGrace for a slow follower of the execution's log (pacing):
 		// the kernel's queue must wait longer than that before it drops
 		// output, or a reader that keeps up loses some on a loaded machine.
-		ReaderGrace: 2*c.eng.opts.ReaderGrace + time.Second,
+		ReaderGrace: 2*e.opts.ReaderGrace + time.Second,
 	}
-	if c.kernelName == "deno" {
-		o.PostIdleGrace = c.eng.opts.DenoGrace
+	if kernel == "deno" {
+		o.PostIdleGrace = e.opts.DenoGrace
 	}
 	return o
 }
 
-// startKernel starts a kernel in the context's cwd, connects to it and
-// sets it up (cwd, sandbox-wide env), going through cr's phases (cr may be
+// startKernel gives the context a kernel, set up (cwd, sandbox-wide env):
+// a prestarted one when the pool has one, else one it starts in the
+// context's cwd and connects to. It goes through cr's phases (cr may be
 // nil). On failure nothing is left running.
 func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *creation) (*kernelState, error) {
+	for {
+		w := c.eng.pool.take(c.Language, c.kernelName, client)
+		if w == nil {
+			break
+		}
+		cr.enter(phaseHandover)
+		ks := &kernelState{client: client, kernel: w.k, id: w.id, setupRestarts: -1, userRestarts: c.restartCount(), warm: true}
+		cr.enter(phaseSetup)
+		err := c.setup(ctx, ks)
+		if err == nil {
+			return ks, nil
+		}
+		c.eng.pool.delete(w)
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		c.eng.log.Warn("prestarted kernel failed its setup; trying another", "language", c.Language, "kernel_id", w.id, "error", err)
+	}
 	cr.enter(phaseStart)
 	m, err := client.StartKernel(ctx, c.kernelName, c.Cwd)
 	if errors.Is(err, jupyter.ErrNoSuchKernelSpec) {
@@ -123,7 +146,7 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 		}
 	}
 	cr.enter(phaseConnect)
-	k, err := client.Connect(ctx, m.ID, c.kernelOptions())
+	k, err := client.Connect(ctx, m.ID, c.eng.kernelOptions(c.kernelName))
 	if err != nil {
 		del()
 		return nil, fmt.Errorf("connect to %s kernel: %w", c.kernelName, err)
@@ -196,6 +219,15 @@ func (c *Context) setup(ctx context.Context, ks *kernelState) error {
 			code, err := startup.ChdirCode(c.code, c.Cwd)
 			if err != nil {
 				return fmt.Errorf("set working directory: %w", err)
+			}
+			if ks.warm {
+				// A prestarted kernel (and each restart of it) started in
+				// warmDir: erase what it owes to that.
+				moved, err := movedCode(c.code, c.Cwd)
+				if err != nil {
+					return fmt.Errorf("set working directory: %w", err)
+				}
+				code = moved + "\n" + code
 			}
 			chdir = code
 			lines = append(lines, code)

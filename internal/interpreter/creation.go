@@ -11,11 +11,12 @@ import (
 // duration, and a caller that stops waiting is told which one it gave up
 // in.
 const (
-	phaseServer  = "wait for the Jupyter server"
-	phaseSpecs   = "list kernel specs"
-	phaseStart   = "start kernel"
-	phaseConnect = "connect to the kernel's channels"
-	phaseSetup   = "set up kernel (working directory, sandbox env vars)"
+	phaseServer   = "wait for the Jupyter server"
+	phaseSpecs    = "list kernel specs"
+	phaseStart    = "start kernel"
+	phaseHandover = "take a prestarted kernel"
+	phaseConnect  = "connect to the kernel's channels"
+	phaseSetup    = "set up kernel (working directory, sandbox env vars)"
 )
 
 // creation is one creation of a context, going through the phases above.

@@ -26,7 +26,9 @@
 // context goes through phases (wait for Jupyter, start the kernel, connect,
 // set it up), each logged with its duration; a caller that stops waiting
 // is told the phase (ErrNotReady). Requests are checked before any kernel
-// starts.
+// starts. With Options.WarmKernels, a context (or a language default)
+// takes a prestarted kernel instead of starting one, and setup makes it
+// exactly what a kernel started for the context would be (see pool).
 //
 // An Execution runs on a goroutine of the engine, one at a time per
 // context, in submission order (package fifo). Its events (started, with

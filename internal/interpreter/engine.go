@@ -67,8 +67,17 @@ type Options struct {
 	// completion, to collect its late outputs. Zero: 50 ms.
 	DenoGrace time.Duration
 	// CreateTimeout bounds the creation of a language's default context,
-	// which is not tied to the request that triggered it. Zero: 2 min.
+	// which is not tied to the request that triggered it, and each start
+	// of a prestarted kernel. Zero: 2 min.
 	CreateTimeout time.Duration
+	// WarmKernels is how many prestarted kernels to keep ready per
+	// language, so that a new context (or a language default's first use)
+	// takes one instead of waiting for a kernel start; they are refilled
+	// in the background once the default Python context exists (Start).
+	// It must be valid (WarmKernels.Validate; New panics otherwise). Each
+	// costs an idle kernel's memory (a Python one about 70 MB). Zero
+	// (nil): none; envd's default is DefaultWarmKernels.
+	WarmKernels WarmKernels
 }
 
 // maxFinished bounds how many finished executions are kept for reattaching.
@@ -99,6 +108,7 @@ type Engine struct {
 	cancel context.CancelFunc
 	ready  chan struct{} // closed once the default Python context first exists
 	wg     sync.WaitGroup
+	pool   *pool // nil without WarmKernels
 
 	mu       sync.Mutex
 	started  bool                  // guarded by mu
@@ -147,8 +157,11 @@ func New(opts Options) *Engine {
 	if opts.CreateTimeout <= 0 {
 		opts.CreateTimeout = 2 * time.Minute
 	}
+	if err := opts.WarmKernels.Validate(); err != nil {
+		panic("interpreter: Options.WarmKernels: " + err.Error())
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Engine{
+	e := &Engine{
 		opts:     opts,
 		sup:      opts.Supervisor,
 		log:      opts.Logger.With("component", "interpreter"),
@@ -161,12 +174,15 @@ func New(opts Options) *Engine {
 		creating: make(map[string]*creation),
 		execs:    make(map[string]*Execution),
 	}
+	e.pool = newPool(e, opts.WarmKernels.wanted())
+	return e
 }
 
 // Start creates the default Python context in the background, as soon as
-// the Jupyter server is up (retrying with backoff if that fails), and
-// watches for server restarts to give that context a fresh kernel at once.
-// It returns immediately.
+// the Jupyter server is up (retrying with backoff if that fails), then
+// fills the pool of prestarted kernels (Options.WarmKernels), and watches
+// for server restarts to give that context a fresh kernel at once. It
+// returns immediately.
 func (e *Engine) Start() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -225,9 +241,10 @@ func (e *Engine) Close() { e.Shutdown(context.Background()) }
 // EndInterrupted, saying that envd is shutting down) and its end event is
 // published; then the readers following the executions get up to
 // DrainGrace (and never past ctx) to read it; then the kernel connections
-// are closed. It waits for the engine's goroutines, and does not delete the
-// kernels: stopping the supervisor does. Calls after the first return at
-// once.
+// are closed. It waits for the engine's goroutines (a prestarted kernel's
+// start in flight until ctx ends), deletes the prestarted kernels no
+// context took, and does not delete the contexts' kernels: stopping the
+// supervisor does. Calls after the first return at once.
 func (e *Engine) Shutdown(ctx context.Context) {
 	e.mu.Lock()
 	if e.closed {
@@ -242,8 +259,14 @@ func (e *Engine) Shutdown(ctx context.Context) {
 	}
 	e.mu.Unlock()
 	e.cancel()
+	if e.pool != nil {
+		stop := context.AfterFunc(ctx, e.pool.hardCancel)
+		defer stop()
+		defer e.pool.hardCancel()
+	}
 	e.wg.Wait() // every execution's end is published
 	e.drain(ctx, execs)
+	e.pool.close()
 	for _, c := range ctxs {
 		c.closeKernel()
 	}
@@ -281,6 +304,10 @@ func (e *Engine) bootstrap() {
 			close(e.ready)
 			e.mu.Lock()
 			e.lastErr = nil
+			if e.pool != nil && !e.closed {
+				e.wg.Add(1) // bootstrap holds one: Shutdown's Wait has not returned
+				go e.pool.run()
+			}
 			e.mu.Unlock()
 			return
 		}
@@ -350,6 +377,7 @@ func (e *Engine) watch() {
 			return
 		}
 		st = e.sup.Status()
+		e.pool.poke() // its kernels may be gone with the server
 		switch {
 		case st.State == jupyter.ServerStopped:
 			return
@@ -480,6 +508,9 @@ type LanguageInfo struct {
 	// JavaScript default is listed from the start; its kernel starts on
 	// first use).
 	DefaultContextRunning bool `json:"default_context_running"`
+	// WarmKernels counts its prestarted kernels ready now, for the next
+	// contexts (see Options.WarmKernels).
+	WarmKernels int `json:"warm_kernels"`
 }
 
 // Languages lists the languages the installed kernelspecs run, envd's
@@ -496,7 +527,8 @@ func (e *Engine) Languages(ctx context.Context) ([]LanguageInfo, error) {
 	}
 	out := make([]LanguageInfo, len(list))
 	for i, l := range list {
-		out[i] = LanguageInfo{Language: l.name, KernelName: l.kernel, DisplayName: l.displayName, Aliases: l.aliases}
+		out[i] = LanguageInfo{Language: l.name, KernelName: l.kernel, DisplayName: l.displayName, Aliases: l.aliases,
+			WarmKernels: e.pool.ready(l.name)}
 		if out[i].Aliases == nil {
 			out[i].Aliases = []string{}
 		}
@@ -640,7 +672,7 @@ func (e *Engine) createContext(ctx context.Context, cr *creation, lang, dir stri
 	}
 	e.mu.Unlock()
 	e.log.Info("context created", "context_id", c.ID, "language", c.Language, "kernel", c.kernelName, "cwd", dir, "default", asDefault,
-		"duration", e.clock.Since(cr.began))
+		"prestarted", ks.warm, "duration", e.clock.Since(cr.began))
 	return c, nil
 }
 

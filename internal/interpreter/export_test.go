@@ -16,3 +16,30 @@ func (e *Engine) KernelStatusForTest(id string) (restarts int, changed <-chan st
 	st := ks.kernel.Status()
 	return st.Restarts, st.Changed, true
 }
+
+// WarmForTest lists the ids of the prestarted kernels of lang waiting in
+// the pool, and returns a channel closed when that list changes.
+func (e *Engine) WarmForTest(lang string) (ids []string, changed <-chan struct{}) {
+	p := e.pool
+	if p == nil {
+		return nil, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range p.idle[lang] {
+		ids = append(ids, w.id)
+	}
+	return ids, p.changed
+}
+
+// PrestartedForTest reports whether the kernel of context id came from the
+// pool of prestarted kernels.
+func (e *Engine) PrestartedForTest(id string) bool {
+	c, err := e.Context(id)
+	if err != nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ks != nil && c.ks.warm
+}

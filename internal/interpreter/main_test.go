@@ -122,11 +122,11 @@ func (r mainRunner) Run() int {
 }
 
 // newStack builds a supervisor and an engine over it, as envd does, with
-// the test's timings.
-func newStack(l startup.Layout, globalEnv func() map[string]string) (*jupyter.Supervisor, *interpreter.Engine) {
+// the test's timings; more (if any) changes the engine's options.
+func newStack(l startup.Layout, globalEnv func() map[string]string, more ...func(*interpreter.Options)) (*jupyter.Supervisor, *interpreter.Engine) {
 	env := l.Environ([]string{"JUPYTER_PATH=" + shared.kernels})
 	sup := jupyter.New(jupyter.Options{Env: env, Logger: testLogger()})
-	eng := interpreter.New(interpreter.Options{
+	opts := interpreter.Options{
 		Supervisor:     sup,
 		GlobalEnv:      globalEnv,
 		Logger:         testLogger(),
@@ -134,8 +134,11 @@ func newStack(l startup.Layout, globalEnv func() map[string]string) (*jupyter.Su
 		ReaderGrace:    5 * time.Second,
 		KeepFinished:   10 * time.Second,
 		DefaultCwd:     func() string { return "/tmp" },
-	})
-	return sup, eng
+	}
+	for _, f := range more {
+		f(&opts)
+	}
+	return sup, interpreter.New(opts)
 }
 
 // testLogger shows warnings; INTERPRETER_TEST_DEBUG=1 shows everything.

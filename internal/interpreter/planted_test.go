@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // TestKernelsIgnorePlantedStartupFiles: a kernel starts in its context's
@@ -16,7 +19,62 @@ import (
 // path) must not run; modules beside the code still import once it runs.
 func TestKernelsIgnorePlantedStartupFiles(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	dir, checkMarkers := plantStartupFiles(t)
+	for _, tc := range plantedCases {
+		t.Run(tc.lang, func(t *testing.T) {
+			c := newContext(t, tc.lang, dir)
+			if got := run(t, c.ID, tc.code).mustOK(t).out(); got != tc.want {
+				t.Errorf("stdout %q, want %q", got, tc.want)
+			}
+		})
+	}
+	checkMarkers()
+}
+
+// TestPrestartedKernelsIgnorePlantedStartupFiles: the same for prestarted
+// kernels (python, r, bash) moved into a planted directory at handover.
+func TestPrestartedKernelsIgnorePlantedStartupFiles(t *testing.T) {
+	t.Parallel()
+	dir, checkMarkers := plantStartupFiles(t)
+	eng := poolEngine(t, interpreter.Options{WarmKernels: interpreter.WarmKernels{"python": 1, "r": 1, "bash": 1}})
+	for _, tc := range plantedCases {
+		if tc.lang == "java" {
+			continue // not prestarted
+		}
+		t.Run(tc.lang, func(t *testing.T) {
+			waitWarm(t, eng, tc.lang, 1)
+			c, err := eng.CreateContext(testutil.Context(t, kernelTimeout), tc.lang, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !eng.PrestartedForTest(c.ID) {
+				t.Fatal("the context did not take the prestarted kernel")
+			}
+			if got, _ := runOn(t, eng, c.ID, tc.code); got != tc.want {
+				t.Errorf("stdout %q, want %q", got, tc.want)
+			}
+		})
+	}
+	checkMarkers()
+}
+
+// plantedCases run in a planted directory: what they print shows that
+// nothing planted ran, and that modules beside the code import.
+var plantedCases = []struct{ lang, code, want string }{
+	{"python", "import helper\nprint(helper.VALUE)", "42\n"},
+	{"r", `cat(Sys.getenv("ENVD_PLANTED", "unset"), exists(".First"), "\n")`, "unset FALSE \n"},
+	{"bash", "echo ok", "ok\n"},
+	{"java", `System.out.println("ok")`, "ok\n"},
+}
+
+// plantStartupFiles makes a directory holding what a language would read
+// from its working directory while it starts (python -m's sys.path[0],
+// R's .Rprofile, .Renviron and .RData, the Java agent's class path), each
+// leaving a marker file when it runs, and a module beside the code
+// (helper.py). checkMarkers fails the test if any marker exists.
+func plantStartupFiles(t *testing.T) (dir string, checkMarkers func()) {
+	t.Helper()
+	dir = t.TempDir()
 	marker := func(name string) string { return filepath.Join(dir, "ran-"+name) }
 	plant := func(name, content string) {
 		t.Helper()
@@ -65,27 +123,16 @@ func TestKernelsIgnorePlantedStartupFiles(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(dir, "replsrc")); err != nil {
 		t.Fatal(err)
 	}
-
-	for _, tc := range []struct{ lang, code, want string }{
-		{"python", "import helper\nprint(helper.VALUE)", "42\n"},
-		{"r", `cat(Sys.getenv("ENVD_PLANTED", "unset"), exists(".First"), "\n")`, "unset FALSE \n"},
-		{"bash", "echo ok", "ok\n"},
-		{"java", `System.out.println("ok")`, "ok\n"},
-	} {
-		t.Run(tc.lang, func(t *testing.T) {
-			c := newContext(t, tc.lang, dir)
-			if got := run(t, c.ID, tc.code).mustOK(t).out(); got != tc.want {
-				t.Errorf("stdout %q, want %q", got, tc.want)
+	return dir, func() {
+		t.Helper()
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "ran-") {
+				t.Errorf("a planted file ran while a kernel started: %s", e.Name())
 			}
-		})
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "ran-") {
-			t.Errorf("a planted file ran while a kernel started: %s", e.Name())
 		}
 	}
 }

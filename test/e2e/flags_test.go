@@ -71,7 +71,7 @@ func TestHelp(t *testing.T) {
 			t.Errorf("usage does not mention %s:\n%s", want, out)
 		}
 	}
-	for _, flag := range []string{"-host", "-port", "-code-port", "-default-user", "-access-token", "-vsock-port", "-unix-socket", "-log-format", "-version", "-strict-users", "-jupyter-as-root"} {
+	for _, flag := range []string{"-host", "-port", "-code-port", "-default-user", "-access-token", "-vsock-port", "-unix-socket", "-log-format", "-version", "-strict-users", "-jupyter-as-root", "-warm-kernels"} {
 		if !strings.Contains(string(out), "  "+flag+" ") && !strings.Contains(string(out), "  "+flag+"\n") {
 			t.Errorf("usage lacks %s:\n%s", flag, out)
 		}
@@ -106,6 +106,9 @@ func TestBadFlags(t *testing.T) {
 		{name: "env bad value wins over a good flag", args: []string{"-port", "0"}, env: []string{"ENVD_LOG_FORMAT=yaml"}, want: `ENVD_LOG_FORMAT="yaml": want text or json`},
 		{name: "env log level", args: []string{"-port", "0"}, env: []string{"ENVD_LOG_LEVEL=bogus"}, want: `ENVD_LOG_LEVEL="bogus": want debug, info, warn or error`},
 		{name: "flag log level", args: append(safe, "-port", "0", "-log-level", "loud"), want: `-log-level "loud": want debug, info, warn or error`},
+		{name: "warm kernels count", args: append(safe, "-port", "0", "-warm-kernels", "python=x"), want: `-warm-kernels "python=x": python=x: the count must be a whole number from 0 to 8`},
+		{name: "env warm kernels language", args: append(safe, "-port", "0"), env: []string{"ENVD_WARM_KERNELS=python=1,javascript=1"}, want: `ENVD_WARM_KERNELS="python=1,javascript=1": javascript=1: JavaScript and TypeScript kernels (Deno) cannot be prestarted`},
+		{name: "env warm kernels unknown", args: append(safe, "-port", "0"), env: []string{"ENVD_WARM_KERNELS=julia=1"}, want: `ENVD_WARM_KERNELS="julia=1": julia=1: unknown language "julia": kernels can be prestarted for python, r and bash`},
 		{name: "positional argument", args: append(safe, "-port", "0", "serve"), want: `unexpected argument "serve": envd takes only flags`},
 		{name: "port is the code port", args: []string{"-host", "127.0.0.1", "-no-jupyter", "-port", "5000", "-code-port", "5000"}, want: "-port 5000 and -code-port 5000 are the same port"},
 		{name: "env port is the code port", args: []string{"-host", "127.0.0.1", "-no-jupyter", "-port", "5000"}, env: []string{"ENVD_CODE_PORT=5000"}, want: "-port 5000 and ENVD_CODE_PORT=5000 are the same port"},
