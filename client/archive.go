@@ -14,23 +14,7 @@ import (
 // path that is not a directory fails with ErrInvalidArgument; an archive
 // cut short (envd could not read an entry after it began) fails on Read.
 func (c *Client) DownloadDir(ctx context.Context, path string) (*FileReader, error) {
-	c.init()
-	op := "download directory " + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.filesURL(path), nil)
-	if err != nil {
-		return nil, &Error{Op: op, Code: connect.CodeInvalidArgument, Message: err.Error(), Err: err}
-	}
-	req.Header.Set("Accept", "application/x-tar")
-	req.Header.Set("Accept-Encoding", "identity")
-	c.setToken(req.Header)
-	resp, err := c.bulkHC.Do(req)
-	if err != nil {
-		return nil, transportError(op, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fileHTTPError(op, resp)
-	}
-	return &FileReader{Size: -1, body: resp.Body, op: op}, nil
+	return c.openFile(ctx, "download directory "+path, path, "application/x-tar")
 }
 
 // UploadDir unpacks the tar archive r under the directory path (created if

@@ -230,11 +230,19 @@ func (f *FileReader) Close() error { return f.body.Close() }
 // does not depend on the size. A missing file fails with ErrNotFound, a
 // directory with ErrInvalidArgument.
 func (c *Client) Download(ctx context.Context, path string) (*FileReader, error) {
+	return c.openFile(ctx, "download "+path, path, "")
+}
+
+// openFile opens GET /files for path (accept: the Accept header, "" for none)
+// as a FileReader.
+func (c *Client) openFile(ctx context.Context, op, path, accept string) (*FileReader, error) {
 	c.init()
-	op := "download " + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.filesURL(path), nil)
 	if err != nil {
 		return nil, &Error{Op: op, Code: connect.CodeInvalidArgument, Message: err.Error(), Err: err}
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
 	}
 	// Never gzip: a file is moved as it is, as fast as the link goes.
 	req.Header.Set("Accept-Encoding", "identity")
