@@ -235,16 +235,7 @@ func TestKernelKilledMidRun(t *testing.T) {
 // started) with SIGKILL while code runs, on a stack of its own.
 func TestServerKilled(t *testing.T) {
 	t.Parallel()
-	sup, eng := newStack(shared.layout, func() map[string]string { return map[string]string{"ENVD_TEST_GLOBAL": "g2"} })
-	ctx := testutil.Context(t, 3*time.Minute)
-	if err := startSupervisor(ctx, sup); err != nil {
-		t.Fatal(err)
-	}
-	eng.Start()
-	t.Cleanup(func() {
-		eng.Close()
-		_ = sup.Stop(context.Background())
-	})
+	sup, eng, ctx := ownStack(t, func() map[string]string { return map[string]string{"ENVD_TEST_GLOBAL": "g2"} })
 	<-eng.Ready()
 	dir := trickyDir(t)
 	c, err := eng.CreateContext(ctx, "python", dir)

@@ -141,6 +141,23 @@ func newStack(l startup.Layout, globalEnv func() map[string]string, more ...func
 	return sup, interpreter.New(opts)
 }
 
+// ownStack is newStack started, for a test that kills or stops its own
+// server: the engine started, both stopped at cleanup. ctx bounds the test.
+func ownStack(t *testing.T, globalEnv func() map[string]string, more ...func(*interpreter.Options)) (*jupyter.Supervisor, *interpreter.Engine, context.Context) {
+	t.Helper()
+	sup, eng := newStack(shared.layout, globalEnv, more...)
+	ctx := testutil.Context(t, 3*time.Minute)
+	if err := startSupervisor(ctx, sup); err != nil {
+		t.Fatal(err)
+	}
+	eng.Start()
+	t.Cleanup(func() {
+		eng.Close()
+		_ = sup.Stop(context.Background())
+	})
+	return sup, eng, ctx
+}
+
 // testLogger shows warnings; INTERPRETER_TEST_DEBUG=1 shows everything.
 func testLogger() *slog.Logger {
 	level := slog.LevelWarn

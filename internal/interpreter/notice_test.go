@@ -1,14 +1,12 @@
 package interpreter_test
 
 import (
-	"context"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/envd-dev/envd/internal/interpreter"
 	"github.com/envd-dev/envd/internal/testutil"
@@ -109,16 +107,7 @@ func TestNoNoticeWhenTold(t *testing.T) {
 // context is idle; its next execution runs on a new kernel and says so.
 func TestServerRestartedBetweenRuns(t *testing.T) {
 	t.Parallel()
-	sup, eng := newStack(shared.layout, nil)
-	ctx := testutil.Context(t, 3*time.Minute)
-	if err := startSupervisor(ctx, sup); err != nil {
-		t.Fatal(err)
-	}
-	eng.Start()
-	t.Cleanup(func() {
-		eng.Close()
-		_ = sup.Stop(context.Background())
-	})
+	sup, eng, ctx := ownStack(t, nil)
 	<-eng.Ready()
 	c, err := eng.CreateContext(ctx, "python", "")
 	if err != nil {

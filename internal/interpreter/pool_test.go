@@ -438,17 +438,8 @@ func TestPoolDiscardsDeadKernel(t *testing.T) {
 // a context takes the new kernel. On a stack of its own.
 func TestPoolServerRestart(t *testing.T) {
 	t.Parallel()
-	sup, eng := newStack(shared.layout, nil, func(o *interpreter.Options) {
+	sup, eng, ctx := ownStack(t, nil, func(o *interpreter.Options) {
 		o.WarmKernels = interpreter.WarmKernels{"python": 1}
-	})
-	ctx := testutil.Context(t, 3*time.Minute)
-	if err := startSupervisor(ctx, sup); err != nil {
-		t.Fatal(err)
-	}
-	eng.Start()
-	t.Cleanup(func() {
-		eng.Close()
-		_ = sup.Stop(context.Background())
 	})
 	old := waitWarm(t, eng, "python", 1)[0]
 	st := sup.Status()
