@@ -63,7 +63,18 @@ func Start(t testing.TB, c processconnect.ProcessClient, req *pb.StartRequest, o
 // Connect calls Connect and watches its stream.
 func Connect(t testing.TB, c processconnect.ProcessClient, sel *pb.ProcessSelector, o WatchOptions) *Watcher {
 	t.Helper()
-	return watch(t, o, func(ctx context.Context) (stream[*pb.ConnectResponse], error) {
+	w, err := TryConnect(t, c, sel, o)
+	if err != nil {
+		t.Fatalf("call: %v", err)
+	}
+	return w
+}
+
+// TryConnect is Connect returning the call's error (say, a deadline that
+// ran out before the stream began) instead of failing the test.
+func TryConnect(t testing.TB, c processconnect.ProcessClient, sel *pb.ProcessSelector, o WatchOptions) (*Watcher, error) {
+	t.Helper()
+	return tryWatch(t, o, func(ctx context.Context) (stream[*pb.ConnectResponse], error) {
 		return c.Connect(ctx, connect.NewRequest(&pb.ConnectRequest{Process: sel}))
 	})
 }
@@ -79,6 +90,15 @@ type stream[T Event] interface {
 // the test's end does too, and waits for the reader.
 func watch[T Event](t testing.TB, o WatchOptions, call func(context.Context) (stream[T], error)) *Watcher {
 	t.Helper()
+	w, err := tryWatch(t, o, call)
+	if err != nil {
+		t.Fatalf("call: %v", err)
+	}
+	return w
+}
+
+func tryWatch[T Event](t testing.TB, o WatchOptions, call func(context.Context) (stream[T], error)) (*Watcher, error) {
+	t.Helper()
 	parent := o.Context
 	if parent == nil {
 		parent = context.Background()
@@ -87,7 +107,7 @@ func watch[T Event](t testing.TB, o WatchOptions, call func(context.Context) (st
 	s, err := call(ctx)
 	if err != nil {
 		cancel()
-		t.Fatalf("call: %v", err)
+		return nil, err
 	}
 	w := &Watcher{cancel: cancel, changed: make(chan struct{})}
 	finished := make(chan struct{})
@@ -112,7 +132,7 @@ func watch[T Event](t testing.TB, o WatchOptions, call func(context.Context) (st
 			t.Errorf("stream reader still running %v after close", WaitShort)
 		}
 	})
-	return w
+	return w, nil
 }
 
 func (w *Watcher) notifyLocked() {
