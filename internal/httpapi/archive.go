@@ -58,12 +58,11 @@ func (a *API) sendTree(w http.ResponseWriter, r *http.Request, u *identity.User,
 		w.Header().Set("Content-Disposition", contentDisposition(filepath.Base(p)+ext))
 		w.WriteHeader(http.StatusOK)
 	}
-	var err error
+	var aw archiveWriter = tarWriter{tar.NewWriter(w)}
 	if kind == typeZip {
-		err = a.sendZip(w, u, p, start)
-	} else {
-		err = a.sendTar(w, u, p, start)
+		aw = zipWriter{zip.NewWriter(w)}
 	}
+	err := a.sendArchive(aw, u, p, start)
 	if err == nil {
 		return
 	}
@@ -75,68 +74,67 @@ func (a *API) sendTree(w http.ResponseWriter, r *http.Request, u *identity.User,
 	panic(http.ErrAbortHandler)
 }
 
-func (a *API) sendTar(w io.Writer, u *identity.User, p string, start func()) error {
-	tw := tar.NewWriter(w)
+// archiveWriter writes walked entries in one archive format.
+type archiveWriter interface {
+	// add writes e, whose tar header is h.
+	add(e filesystem.TreeEntry, h *tar.Header) error
+	Close() error
+}
+
+// sendArchive walks p as u into aw, calling start before the first byte.
+func (a *API) sendArchive(aw archiveWriter, u *identity.User, p string, start func()) error {
 	names := filesystem.NewNameCache()
 	err := a.o.Files.WalkTree(u, p, func(e filesystem.TreeEntry) error {
 		start()
-		h := filesystem.TarHeader(e, names)
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if e.File != nil {
-			// A file that shrank meanwhile cuts the archive (an error);
-			// one that grew is sent as it was when listed.
-			if _, err := io.CopyN(tw, e.File, h.Size); err != nil {
-				return err
-			}
-		}
-		return nil
+		return aw.add(e, filesystem.TarHeader(e, names))
 	})
 	if err != nil {
 		return err
 	}
 	start() // an empty directory is an empty archive
-	return tw.Close()
+	return aw.Close()
 }
 
-func (a *API) sendZip(w io.Writer, u *identity.User, p string, start func()) error {
-	zw := zip.NewWriter(w)
-	names := filesystem.NewNameCache()
-	err := a.o.Files.WalkTree(u, p, func(e filesystem.TreeEntry) error {
-		start()
-		th := filesystem.TarHeader(e, names)
-		zh, err := zip.FileInfoHeader(th.FileInfo())
-		if err != nil {
+type tarWriter struct{ *tar.Writer }
+
+func (tw tarWriter) add(e filesystem.TreeEntry, h *tar.Header) error {
+	if err := tw.WriteHeader(h); err != nil {
+		return err
+	}
+	if e.File != nil {
+		// A file that shrank meanwhile cuts the archive (an error); one
+		// that grew is sent as it was when listed.
+		if _, err := io.CopyN(tw, e.File, h.Size); err != nil {
 			return err
 		}
-		zh.Name = th.Name
-		switch {
-		case e.File != nil:
-			zh.Method = zip.Deflate
-		case e.Link != "":
-			zh.Method = zip.Store
-			zh.SetMode(fs.ModeSymlink | 0o777)
-		}
-		fw, err := zw.CreateHeader(zh)
-		if err != nil {
-			return err
-		}
-		switch {
-		case e.File != nil:
-			if _, err := io.CopyN(fw, e.File, th.Size); err != nil {
-				return err
-			}
-		case e.Link != "":
-			if _, err := io.WriteString(fw, e.Link); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	}
+	return nil
+}
+
+type zipWriter struct{ *zip.Writer }
+
+func (zw zipWriter) add(e filesystem.TreeEntry, th *tar.Header) error {
+	zh, err := zip.FileInfoHeader(th.FileInfo())
 	if err != nil {
 		return err
 	}
-	start()
-	return zw.Close()
+	zh.Name = th.Name
+	switch {
+	case e.File != nil:
+		zh.Method = zip.Deflate
+	case e.Link != "":
+		zh.Method = zip.Store
+		zh.SetMode(fs.ModeSymlink | 0o777)
+	}
+	fw, err := zw.CreateHeader(zh)
+	if err != nil {
+		return err
+	}
+	switch {
+	case e.File != nil:
+		_, err = io.CopyN(fw, e.File, th.Size)
+	case e.Link != "":
+		_, err = io.WriteString(fw, e.Link)
+	}
+	return err
 }

@@ -131,12 +131,7 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 			c.Language, c.kernelName)
 	}
 	if err != nil {
-		if reason := startFailure(err); reason != "" {
-			// The whole traceback is for the log, not for the user.
-			c.eng.log.Debug("kernel start failed", "kernel", c.kernelName, "error", err)
-			return nil, fmt.Errorf("the %s kernel (kernelspec %q) failed to start: %s", c.Language, c.kernelName, reason)
-		}
-		return nil, fmt.Errorf("start a %s kernel (kernelspec %q): %w", c.Language, c.kernelName, err)
+		return nil, c.eng.startError(c.Language, c.kernelName, err)
 	}
 	del := func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -159,6 +154,17 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 		return nil, err
 	}
 	return ks, nil
+}
+
+// startError is the error for a kernel start the Jupyter server refused:
+// the exception it answered with when there is one (the whole traceback
+// is for the log, not for the user).
+func (e *Engine) startError(lang, kernel string, err error) error {
+	if reason := startFailure(err); reason != "" {
+		e.log.Debug("kernel start failed", "kernel", kernel, "error", err)
+		return fmt.Errorf("the %s kernel (kernelspec %q) failed to start: %s", lang, kernel, reason)
+	}
+	return fmt.Errorf("start a %s kernel (kernelspec %q): %w", lang, kernel, err)
 }
 
 // startFailure is the exception a Jupyter server answered a kernel start

@@ -636,14 +636,9 @@ func (e *Engine) createContext(ctx context.Context, cr *creation, lang, dir stri
 		return nil, cr.notReady(err)
 	}
 	cr.enter(phaseSpecs)
-	specs, err := client.KernelSpecs(ctx)
+	l, err := findLanguage(ctx, client, lang)
 	if err != nil {
-		return nil, fmt.Errorf("list kernels: %w", err)
-	}
-	list := languagesFrom(specs.Specs)
-	l, ok := lookup(list, lang)
-	if !ok {
-		return nil, unsupported(lang, list)
+		return nil, err
 	}
 	c := &Context{
 		Language:   l.name,

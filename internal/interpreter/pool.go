@@ -325,23 +325,15 @@ func (p *pool) startKernel(lang string) (*warmKernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	specs, err := client.KernelSpecs(ctx)
+	l, err := findLanguage(ctx, client, lang)
 	if err != nil {
-		return nil, fmt.Errorf("list kernels: %w", err)
-	}
-	list := languagesFrom(specs.Specs)
-	l, ok := lookup(list, lang)
-	if !ok {
-		return nil, unsupported(lang, list)
+		return nil, err
 	}
 	hctx, hcancel := context.WithTimeout(p.hard, e.opts.CreateTimeout)
 	defer hcancel()
 	m, err := client.StartKernel(hctx, l.kernel, warmDir)
 	if err != nil {
-		if reason := startFailure(err); reason != "" {
-			return nil, fmt.Errorf("the %s kernel (kernelspec %q) failed to start: %s", lang, l.kernel, reason)
-		}
-		return nil, fmt.Errorf("start a %s kernel (kernelspec %q): %w", lang, l.kernel, err)
+		return nil, e.startError(lang, l.kernel, err)
 	}
 	k, err := client.Connect(hctx, m.ID, e.kernelOptions(l.kernel))
 	if err != nil {
