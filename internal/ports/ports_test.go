@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/ports"
+	"github.com/envd-dev/envd/internal/ports/portstest"
 	"github.com/envd-dev/envd/internal/testutil"
 )
 
@@ -64,9 +65,9 @@ func list(t *testing.T, m *ports.Monitor, f ports.Filter) []ports.Port {
 // TestScanners: netlink sock_diag and /proc/net/tcp* see the same
 // listeners, both families, with their addresses and inodes.
 func TestScanners(t *testing.T) {
-	requireNetns(t)
-	s4 := startServer(t, "127.0.0.1:0")
-	s6 := startServer(t, "[::1]:0")
+	portstest.RequireNetns(t)
+	s4 := portstest.StartServer(t, "127.0.0.1:0")
+	s6 := portstest.StartServer(t, "[::1]:0")
 	diag, err := ports.SockDiag()
 	if err != nil {
 		t.Fatal(err)
@@ -82,8 +83,8 @@ func TestScanners(t *testing.T) {
 		t.Fatalf("sock_diag: %+v\n/proc/net: %+v", diag, proc)
 	}
 	want := map[netip.AddrPort]ports.Family{
-		netip.MustParseAddrPort("127.0.0.1:" + strconv.Itoa(int(s4.port))): ports.IPv4,
-		netip.MustParseAddrPort("[::1]:" + strconv.Itoa(int(s6.port))):     ports.IPv6,
+		netip.MustParseAddrPort("127.0.0.1:" + strconv.Itoa(int(s4.Port))): ports.IPv4,
+		netip.MustParseAddrPort("[::1]:" + strconv.Itoa(int(s6.Port))):     ports.IPv6,
 	}
 	for _, l := range diag {
 		if fam, ok := want[l.AddrPort()]; ok && fam == l.Family && l.Inode != 0 && l.Loopback() {
@@ -99,9 +100,9 @@ func TestScanners(t *testing.T) {
 // envd's own sockets apart, and filters precisely; bad filters are
 // refused.
 func TestListOwners(t *testing.T) {
-	requireNetns(t)
+	portstest.RequireNetns(t)
 	m := ports.New(ports.Options{Logger: quietLog()})
-	s := startServer(t, "127.0.0.1:0")
+	s := portstest.StartServer(t, "127.0.0.1:0")
 	own, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -109,18 +110,18 @@ func TestListOwners(t *testing.T) {
 	defer own.Close()
 	ownPort := uint16(own.Addr().(*net.TCPAddr).Port)
 
-	p := only(t, list(t, m, ports.Filter{}), s.port)
-	if p.PID != s.pid || p.Process != serverName() || p.Family != ports.IPv4 || p.Addr != netip.MustParseAddr("127.0.0.1") ||
+	p := only(t, list(t, m, ports.Filter{}), s.Port)
+	if p.PID != s.PID || p.Process != portstest.ServerName() || p.Family != ports.IPv4 || p.Addr != netip.MustParseAddr("127.0.0.1") ||
 		!p.Loopback() || p.Envd || p.Forwarded() {
-		t.Errorf("the server's listener: %+v, want pid %d, name %q, 127.0.0.1, not envd's, not forwarded", p, s.pid, serverName())
+		t.Errorf("the server's listener: %+v, want pid %d, name %q, 127.0.0.1, not envd's, not forwarded", p, s.PID, portstest.ServerName())
 	}
 	if p := only(t, list(t, m, ports.Filter{}), ownPort); p.PID != os.Getpid() || !p.Envd || p.Forwarded() {
 		t.Errorf("envd's own listener: %+v", p)
 	}
-	if ps := list(t, m, ports.Filter{PID: s.pid}); len(ps) != 1 || ps[0].Port != s.port {
-		t.Errorf("filter by pid %d: %+v", s.pid, ps)
+	if ps := list(t, m, ports.Filter{PID: s.PID}); len(ps) != 1 || ps[0].Port != s.Port {
+		t.Errorf("filter by pid %d: %+v", s.PID, ps)
 	}
-	if ps := list(t, m, ports.Filter{Ports: []uint16{s.port}, Family: ports.IPv6}); len(ps) != 0 {
+	if ps := list(t, m, ports.Filter{Ports: []uint16{s.Port}, Family: ports.IPv6}); len(ps) != 0 {
 		t.Errorf("filter by port and IPv6: %+v", ps)
 	}
 	if ps := list(t, m, ports.Filter{ForwardedOnly: true}); len(ps) != 0 {
@@ -142,36 +143,36 @@ func TestListOwners(t *testing.T) {
 // through, and the forward stops when the server goes: its addresses
 // refuse connections again.
 func TestForward(t *testing.T) {
-	requireNetns(t)
+	portstest.RequireNetns(t)
 	m := ports.New(ports.Options{Logger: quietLog(), Forward: true, Clock: quartz.NewMock(t)})
 	run(t, m)
-	s := startServer(t, "127.0.0.1:0")
-	port := strconv.Itoa(int(s.port))
-	from4, from6 := net.JoinHostPort(extV4, port), net.JoinHostPort(extV6, port)
-	if _, err := roundTrip(from4, "x"); !errors.Is(err, syscall.ECONNREFUSED) {
+	s := portstest.StartServer(t, "127.0.0.1:0")
+	port := strconv.Itoa(int(s.Port))
+	from4, from6 := net.JoinHostPort(portstest.ExtV4, port), net.JoinHostPort(portstest.ExtV6, port)
+	if _, err := portstest.RoundTrip(from4, "x"); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("before any scan, %s: %v, want refused", from4, err)
 	}
 
-	p := only(t, list(t, m, ports.Filter{Ports: []uint16{s.port}}), s.port)
+	p := only(t, list(t, m, ports.Filter{Ports: []uint16{s.Port}}), s.Port)
 	want := []netip.AddrPort{netip.MustParseAddrPort(from4), netip.MustParseAddrPort(from6)}
-	if !slices.Equal(p.ForwardedFrom, want) || len(p.Failures) > 0 || p.PID != s.pid {
+	if !slices.Equal(p.ForwardedFrom, want) || len(p.Failures) > 0 || p.PID != s.PID {
 		t.Fatalf("forwarded listener: %+v, want forwarded from %v", p, want)
 	}
 	for _, from := range []string{from4, from6} {
-		if got, err := roundTrip(from, "hello "+from); err != nil || got != "echo:hello "+from {
+		if got, err := portstest.RoundTrip(from, "hello "+from); err != nil || got != "echo:hello "+from {
 			t.Errorf("through %s: %q, %v", from, got, err)
 		}
 	}
-	if ps := list(t, m, ports.Filter{ForwardedOnly: true}); len(ps) != 1 || ps[0].Port != s.port {
+	if ps := list(t, m, ports.Filter{ForwardedOnly: true}); len(ps) != 1 || ps[0].Port != s.Port {
 		t.Errorf("forwarded only: %+v", ps)
 	}
 
-	s.kill()
-	if ps := list(t, m, ports.Filter{Ports: []uint16{s.port}}); len(ps) != 0 {
+	s.Kill()
+	if ps := list(t, m, ports.Filter{Ports: []uint16{s.Port}}); len(ps) != 0 {
 		t.Fatalf("after the server's end: %+v", ps)
 	}
 	for _, from := range []string{from4, from6} {
-		if _, err := roundTrip(from, "x"); !errors.Is(err, syscall.ECONNREFUSED) {
+		if _, err := portstest.RoundTrip(from, "x"); !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("after the server's end, %s: %v, want refused", from, err)
 		}
 	}
@@ -182,13 +183,13 @@ func TestForward(t *testing.T) {
 // address that is taken is reported on the listener, the others are
 // forwarded, and it is forwarded once free.
 func TestNotForwarded(t *testing.T) {
-	requireNetns(t)
+	portstest.RequireNetns(t)
 	m := ports.New(ports.Options{Logger: quietLog(), Forward: true, Clock: quartz.NewMock(t)})
 	run(t, m)
 
-	wild := startServer(t, "0.0.0.0:0")
-	lo := startServer(t, "127.0.0.1:0")
-	ext := startServer(t, net.JoinHostPort(extV4, strconv.Itoa(int(lo.port))))
+	wild := portstest.StartServer(t, "0.0.0.0:0")
+	lo := portstest.StartServer(t, "127.0.0.1:0")
+	ext := portstest.StartServer(t, net.JoinHostPort(portstest.ExtV4, strconv.Itoa(int(lo.Port))))
 	own, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +204,7 @@ func TestNotForwarded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: netip.MustParseAddr(extV4).As4()}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: netip.MustParseAddr(portstest.ExtV4).As4()}); err != nil {
 		t.Fatal(err)
 	}
 	sa, err := unix.Getsockname(fd)
@@ -211,42 +212,42 @@ func TestNotForwarded(t *testing.T) {
 		t.Fatal(err)
 	}
 	takenPort := strconv.Itoa(sa.(*unix.SockaddrInet4).Port)
-	taken := startServer(t, "127.0.0.1:"+takenPort)
+	taken := portstest.StartServer(t, "127.0.0.1:"+takenPort)
 
 	ps := list(t, m, ports.Filter{})
-	for _, p := range []ports.Port{only(t, ps, wild.port), only(t, ps, ownPort)} {
+	for _, p := range []ports.Port{only(t, ps, wild.Port), only(t, ps, ownPort)} {
 		if p.Forwarded() || len(p.Failures) > 0 {
 			t.Errorf("forwarded: %+v", p)
 		}
 	}
 	for _, p := range ps {
-		if p.Port == lo.port && (p.Forwarded() || len(p.Failures) > 0) {
+		if p.Port == lo.Port && (p.Forwarded() || len(p.Failures) > 0) {
 			t.Errorf("a port with an external listener forwarded: %+v", p)
 		}
 	}
 	external := 0
 	for _, p := range ps {
-		if p.Port == ext.port && p.PID == ext.pid && !p.Loopback() && !p.Wildcard() {
+		if p.Port == ext.Port && p.PID == ext.PID && !p.Loopback() && !p.Wildcard() {
 			external++
 		}
 	}
 	if external != 1 {
-		t.Errorf("the external listener (pid %d) not listed once: %+v", ext.pid, ps)
+		t.Errorf("the external listener (pid %d) not listed once: %+v", ext.PID, ps)
 	}
-	p := only(t, ps, taken.port)
-	from4 := netip.MustParseAddrPort(net.JoinHostPort(extV4, takenPort))
-	from6 := netip.MustParseAddrPort(net.JoinHostPort(extV6, takenPort))
+	p := only(t, ps, taken.Port)
+	from4 := netip.MustParseAddrPort(net.JoinHostPort(portstest.ExtV4, takenPort))
+	from6 := netip.MustParseAddrPort(net.JoinHostPort(portstest.ExtV6, takenPort))
 	if !slices.Equal(p.ForwardedFrom, []netip.AddrPort{from6}) || len(p.Failures) != 1 || p.Failures[0].From != from4 ||
 		!strings.Contains(p.Failures[0].Err, "address already in use") {
 		t.Fatalf("taken address: %+v, want forwarded from %v only and %v failed (in use)", p, from6, from4)
 	}
 
 	unix.Close(fd)
-	p = only(t, list(t, m, ports.Filter{Ports: []uint16{taken.port}}), taken.port)
+	p = only(t, list(t, m, ports.Filter{Ports: []uint16{taken.Port}}), taken.Port)
 	if !slices.Equal(p.ForwardedFrom, []netip.AddrPort{from4, from6}) || len(p.Failures) > 0 {
 		t.Fatalf("once free: %+v", p)
 	}
-	if got, err := roundTrip(from4.String(), "freed"); err != nil || got != "echo:freed" {
+	if got, err := portstest.RoundTrip(from4.String(), "freed"); err != nil || got != "echo:freed" {
 		t.Errorf("through %s: %q, %v", from4, got, err)
 	}
 }
@@ -255,7 +256,7 @@ func TestNotForwarded(t *testing.T) {
 // snapshot, then the server opening (already forwarded by the same scan)
 // and closing, and its forward stops with it.
 func TestWatch(t *testing.T) {
-	requireNetns(t)
+	portstest.RequireNetns(t)
 	clock := quartz.NewMock(t)
 	ticker := clock.Trap().NewTicker("ports", "scan")
 	defer ticker.Close()
@@ -269,9 +270,9 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	s := startServer(t, "127.0.0.1:0")
+	s := portstest.StartServer(t, "127.0.0.1:0")
 	for _, p := range snap {
-		if p.Port == s.port {
+		if p.Port == s.Port {
 			t.Fatalf("the server in the snapshot taken before it started: %+v", p)
 		}
 	}
@@ -287,27 +288,27 @@ func TestWatch(t *testing.T) {
 				t.Fatalf("no change after a scan, waiting for %s", what)
 			}
 			for _, c := range w.Changes() {
-				if c.Port.Port == s.port {
+				if c.Port.Port == s.Port {
 					return c
 				}
 			}
 		}
-		t.Fatalf("no change of port %d, waiting for %s", s.port, what)
+		t.Fatalf("no change of port %d, waiting for %s", s.Port, what)
 		return ports.Change{}
 	}
 	c := next("the server's start")
-	if c.Kind != ports.Opened || c.Port.PID != s.pid || c.Port.Process != serverName() || !c.Port.Forwarded() {
+	if c.Kind != ports.Opened || c.Port.PID != s.PID || c.Port.Process != portstest.ServerName() || !c.Port.Forwarded() {
 		t.Fatalf("first change: %v %+v, want opened, forwarded", c.Kind, c.Port)
 	}
-	from := net.JoinHostPort(extV4, strconv.Itoa(int(s.port)))
-	if got, err := roundTrip(from, "w"); err != nil || got != "echo:w" {
+	from := net.JoinHostPort(portstest.ExtV4, strconv.Itoa(int(s.Port)))
+	if got, err := portstest.RoundTrip(from, "w"); err != nil || got != "echo:w" {
 		t.Fatalf("through %s: %q, %v", from, got, err)
 	}
-	s.kill()
+	s.Kill()
 	if c := next("the server's end"); c.Kind != ports.Closed {
 		t.Fatalf("change after the server's end: %v %+v", c.Kind, c.Port)
 	}
-	if _, err := roundTrip(from, "x"); !errors.Is(err, syscall.ECONNREFUSED) {
+	if _, err := portstest.RoundTrip(from, "x"); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("after the server's end, %s: %v, want refused", from, err)
 	}
 	if _, _, err := m.Watch(ports.Filter{Family: 9}); !errors.Is(err, ports.ErrInvalid) {
