@@ -10,6 +10,9 @@ BIN := bin
 # Where `make run` listens; `make run HOST=0.0.0.0` to expose it.
 HOST ?= 127.0.0.1
 ENVD_FLAGS ?=
+# Off on a machine of your own: forwarding would expose its loopback-only
+# servers on its external addresses (`make run FORWARD_PORTS=true` in a sandbox).
+FORWARD_PORTS ?= false
 
 .PHONY: help
 help: ## list the targets
@@ -25,7 +28,7 @@ build: ## build bin/envd, static
 
 .PHONY: run
 run: deps build ## install what is missing, then run envd with Jupyter on localhost
-	$(BIN)/envd -host $(HOST) $(ENVD_FLAGS)
+	$(BIN)/envd -host $(HOST) -forward-ports=$(FORWARD_PORTS) $(ENVD_FLAGS)
 
 .PHONY: test
 # The tests import the whole data stack the image ships (test/compat/datastack.test.mjs).

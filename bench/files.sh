@@ -36,7 +36,7 @@ cleanup() {
 trap cleanup EXIT
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$ENVD_BIN" -host 127.0.0.1 -port "$port" -code-port 0 -no-jupyter -log-level warn >"$work/envd.log" 2>&1 &
+"$ENVD_BIN" -host 127.0.0.1 -forward-ports=false -port "$port" -code-port 0 -no-jupyter -log-level warn >"$work/envd.log" 2>&1 &
 envd_pid=$!
 url=http://127.0.0.1:$port
 for _ in $(seq 200); do

@@ -24,7 +24,7 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 start() {
 	local p
 	p=$(port)
-	"$bin" -host 127.0.0.1 -port "$p" -code-port 0 >"$work/envd.log" 2>&1 &
+	"$bin" -host 127.0.0.1 -forward-ports=false -port "$p" -code-port 0 >"$work/envd.log" 2>&1 &
 	envd_pid=$!
 	url=http://127.0.0.1:$p
 	for _ in $(seq 600); do

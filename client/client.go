@@ -1,7 +1,8 @@
 // Package client is the Go client of envd, the agent inside a sandbox: it
 // starts processes and streams their output, moves files in and out, runs
 // code in stateful contexts, manages the sandbox's packages (pip, npm, R,
-// apt), and reads the health and metrics of the sandbox.
+// apt), lists the sandbox's TCP listeners and how they are forwarded, and
+// reads the health and metrics of the sandbox.
 //
 // A Client reaches envd over TCP, a unix socket, AF_VSOCK, or the host side
 // of a Firecracker vsock device (see Dialer). The zero Client talks to
@@ -37,6 +38,7 @@ import (
 
 	"github.com/envd-dev/envd/gen/envd/interpreter/v1/interpreterv1connect"
 	"github.com/envd-dev/envd/gen/envd/packages/v1/packagesv1connect"
+	"github.com/envd-dev/envd/gen/envd/ports/v1/portsv1connect"
 	"github.com/envd-dev/envd/gen/filesystem/filesystemconnect"
 	"github.com/envd-dev/envd/gen/process/processconnect"
 )
@@ -85,6 +87,7 @@ type Client struct {
 	fs     filesystemconnect.FilesystemClient
 	code   interpreterv1connect.InterpreterServiceClient
 	pkgs   packagesv1connect.PackageServiceClient
+	ports  portsv1connect.PortServiceClient
 
 	connsMu sync.Mutex
 	conns   map[*trackedConn]struct{} // guarded by connsMu: open connections
@@ -191,6 +194,7 @@ func (c *Client) init() {
 		c.fs = filesystemconnect.NewFilesystemClient(c.rpcHC, c.base, opts...)
 		c.code = interpreterv1connect.NewInterpreterServiceClient(c.rpcHC, c.base, opts...)
 		c.pkgs = packagesv1connect.NewPackageServiceClient(c.rpcHC, c.base, opts...)
+		c.ports = portsv1connect.NewPortServiceClient(c.rpcHC, c.base, opts...)
 	})
 }
 

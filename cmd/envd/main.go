@@ -48,6 +48,7 @@ func run() error {
 	fs.StringVar(&cfg.JupyterToken, "jupyter-token", "", "token of the -jupyter-url server")
 	fs.BoolVar(&cfg.JupyterAsRoot, "jupyter-as-root", false, "run Jupyter and its kernels as root even with -strict-users")
 	fs.BoolVar(&cfg.StrictUsers, "strict-users", false, "give each request exactly its user's rights, as in a shell of that user (real uid switch, no capabilities; a user sees only its own processes), and run Jupyter and its kernels as the default user (default: as upstream envd, files read and parents created as root, kernels as root)")
+	fs.BoolVar(&cfg.ForwardPorts, "forward-ports", true, "forward the sandbox's external addresses, on the same port, to TCP servers listening only on loopback (127.0.0.1, ::1), so the host reaches them; false turns it off (outside a sandbox, on a machine of your own, it would expose loopback-only servers)")
 	fs.BoolVar(&cfg.SyncClock, "sync-clock", false, "let POST /init set the machine's clock from its timestamp (off: the clock is never touched)")
 	warmKernels := fs.String("warm-kernels", interpreter.DefaultWarmKernels().String(), "prestarted kernels kept ready per language, as language=count items (python, r, bash; e.g. python=1,r=1): a new context takes one instead of waiting for a kernel start; each costs an idle kernel's memory (a Python one about 70 MB); python=0 or '' turns it off")
 	logFormat := fs.String("log-format", "text", "log format: text or json")

@@ -78,6 +78,11 @@ type Config struct {
 	// writes create missing parents owned by the asked user, and Jupyter
 	// and its kernels run as root.
 	StrictUsers bool
+	// ForwardPorts forwards the sandbox's external addresses to listeners
+	// bound only to loopback (internal/ports). PortScanInterval is the
+	// time between two scans of the listeners; zero: 1 s.
+	ForwardPorts     bool
+	PortScanInterval time.Duration
 }
 
 // Defaults of the shutdown's grace periods.
@@ -112,6 +117,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s := serve(ctx, lns, cfg.Logger)
 	p.code.start()
+	p.ports.start()
 	cfg.Logger.Info("envd started", "version", Version, "default_user", user, "pid", os.Getpid(), "token", p.token.IsSet(),
 		"strict_users", cfg.StrictUsers, "kernels_user", p.code.kernelsUser())
 	if cfg.Ready != nil {
@@ -155,6 +161,7 @@ type parts struct {
 	files *filesystem.Files
 	code  *codeExec
 	pkgs  *packages.Installer
+	ports *portsPart
 	main  http.Handler // every route, for the main port, vsock and the unix socket
 }
 
@@ -198,6 +205,9 @@ func newParts(cfg Config, user string) (*parts, error) {
 	}
 	p.pkgs = pkgs
 	routes = append(routes, pkgRoute)
+	var portsRoute server.Route
+	p.ports, portsRoute = newPorts(cfg, log, defs, code)
+	routes = append(routes, portsRoute)
 	if p.main, err = server.New(server.Options{Logger: log, Token: p.token, Routes: routes}); err != nil {
 		p.cleanup()
 		return nil, fmt.Errorf("build routes: %w", err)
@@ -284,7 +294,8 @@ func serve(ctx context.Context, lns []listener, log *slog.Logger) *serving {
 
 // shutdown stops envd in order, graceful then hard:
 //  1. stop accepting: close every listener; requests in flight go on;
-//  2. stop package operations (their installers are killed), code
+//  2. stop package operations (their installers are killed), port
+//     forwards, code
 //     execution and every child, TERM then KILL after ShutdownGrace;
 //     process streams then deliver their output and end;
 //  3. stop the watchers;
@@ -311,6 +322,7 @@ func (p *parts) shutdown(s *serving) error {
 	s.accepting.Wait()
 
 	closePackages(p.pkgs, log)
+	p.ports.stop()
 	p.stopChildren()
 	p.files.Close()
 
