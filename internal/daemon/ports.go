@@ -18,8 +18,10 @@ type portsPart struct {
 }
 
 // newPorts builds the ports monitor and its service. The monitor counts
-// envd's Jupyter server as envd (its port is never forwarded); its kernels
-// are the workload's, as are servers they start.
+// envd's Jupyter server as envd (its port is never forwarded), and so the
+// kernels' ZeroMQ channels to it; anything else a kernel listens on (a
+// Gradio app run in a notebook) is the workload's, as are servers kernels
+// start.
 func newPorts(cfg Config, log *slog.Logger, defs *defaults.Defaults, code *codeExec) (*portsPart, server.Route) {
 	opts := ports.Options{
 		Logger:   log.With("component", "ports"),
@@ -35,6 +37,7 @@ func newPorts(cfg Config, log *slog.Logger, defs *defaults.Defaults, code *codeE
 			}
 			return nil
 		}
+		opts.Private = code.sup.KernelChannels
 	}
 	m := ports.New(opts)
 	path, h := portsconnect.New(m, portsconnect.Options{Logger: log}).Handler(server.HandlerOptions(log, defs)...)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -145,6 +146,7 @@ type Supervisor struct {
 	changed   chan struct{} // guarded by mu
 	client    *Client       // of the ready generation; guarded by mu
 	token     string        // guarded by mu
+	connDir   string        // where kernels' connection files go; guarded by mu
 }
 
 // New returns a Supervisor; nothing runs until Start.
@@ -206,6 +208,9 @@ func (s *Supervisor) Start(ctx context.Context) error {
 		s.setStatus(func(st *ServerStatus) { st.Err, st.StartFailing = err, true })
 		return err
 	}
+	s.mu.Lock()
+	s.connDir = filepath.Join(s.runtimeDir, "runtime")
+	s.mu.Unlock()
 	go s.loop()
 	select {
 	case err := <-s.first:

@@ -44,6 +44,11 @@ type Options struct {
 	// Ignore, if set, returns processes whose sockets count as envd's own
 	// (never forwarded), besides envd's own process: its Jupyter server.
 	Ignore func() []int
+	// Private, if set, returns the ports on which process pid listens
+	// for envd rather than for the workload (a kernel's ZeroMQ channels
+	// to envd's Jupyter server): they count as envd's too. It is called
+	// at most once per process and scan.
+	Private func(pid int) []uint16
 	// Proc is where procfs is mounted. Zero: "/proc".
 	Proc string
 }
@@ -225,10 +230,23 @@ func (m *Monitor) scan() ([]Port, error) {
 			envd[pid] = true
 		}
 	}
+	private := map[int][]uint16{}
+	isPrivate := func(pid int, port uint16) bool {
+		if m.opts.Private == nil || pid == 0 {
+			return false
+		}
+		ps, ok := private[pid]
+		if !ok {
+			ps = m.opts.Private(pid)
+			private[pid] = ps
+		}
+		return slices.Contains(ps, port)
+	}
 	ports := make([]Port, 0, len(kept))
 	for _, l := range kept {
 		ow := owners[l.Inode]
-		ports = append(ports, Port{Listener: l, PID: ow.pid, Process: ow.name, Envd: ow.pid != 0 && envd[ow.pid]})
+		own := ow.pid != 0 && (envd[ow.pid] || isPrivate(ow.pid, l.Port))
+		ports = append(ports, Port{Listener: l, PID: ow.pid, Process: ow.name, Envd: own})
 	}
 	slices.SortFunc(ports, func(a, b Port) int {
 		return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.Family, b.Family), a.Addr.Compare(b.Addr), cmp.Compare(a.Inode, b.Inode))

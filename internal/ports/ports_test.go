@@ -184,7 +184,15 @@ func TestForward(t *testing.T) {
 // forwarded, and it is forwarded once free.
 func TestNotForwarded(t *testing.T) {
 	portstest.RequireNetns(t)
-	m := ports.New(ports.Options{Logger: quietLog(), Forward: true, Clock: quartz.NewMock(t)})
+	// private listens for envd (as a kernel's channels do): Private says so.
+	private := portstest.StartServer(t, "127.0.0.1:0")
+	privateOf := func(pid int) []uint16 {
+		if pid == private.PID {
+			return []uint16{private.Port}
+		}
+		return nil
+	}
+	m := ports.New(ports.Options{Logger: quietLog(), Forward: true, Clock: quartz.NewMock(t), Private: privateOf})
 	run(t, m)
 
 	wild := portstest.StartServer(t, "0.0.0.0:0")
@@ -215,10 +223,13 @@ func TestNotForwarded(t *testing.T) {
 	taken := portstest.StartServer(t, "127.0.0.1:"+takenPort)
 
 	ps := list(t, m, ports.Filter{})
-	for _, p := range []ports.Port{only(t, ps, wild.Port), only(t, ps, ownPort)} {
+	for _, p := range []ports.Port{only(t, ps, wild.Port), only(t, ps, ownPort), only(t, ps, private.Port)} {
 		if p.Forwarded() || len(p.Failures) > 0 {
 			t.Errorf("forwarded: %+v", p)
 		}
+	}
+	if p := only(t, ps, private.Port); !p.Envd || p.PID != private.PID {
+		t.Errorf("a private listener not counted as envd's: %+v", p)
 	}
 	for _, p := range ps {
 		if p.Port == lo.Port && (p.Forwarded() || len(p.Failures) > 0) {

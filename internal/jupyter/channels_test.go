@@ -1,0 +1,65 @@
+package jupyter_test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+
+	"github.com/envd-dev/envd/internal/jupyter"
+)
+
+// TestKernelChannels: a kernel of the server is known by its ZeroMQ
+// channels (the five ports its connection file names, each one it listens
+// on); the kernel's own other listeners, and processes that are not its
+// kernels, are not.
+func TestKernelChannels(t *testing.T) {
+	t.Parallel()
+	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{})
+	pid := pidOf(t, k)
+	ports := shared.sup.KernelChannels(pid)
+	if len(ports) != 5 {
+		t.Fatalf("KernelChannels(kernel %d) = %v, want the 5 channel ports", pid, ports)
+	}
+	for _, p := range ports {
+		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(p))))
+		if err != nil {
+			t.Errorf("channel port %d: %v", p, err)
+			continue
+		}
+		c.Close()
+	}
+	// A server the user runs inside the kernel is the workload's.
+	r := mustOK(t, execute(t, k, "import socket\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\ns.listen()\nprint(s.getsockname()[1])"))
+	user, err := strconv.Atoi(r.stdout[:len(r.stdout)-1])
+	if err != nil {
+		t.Fatalf("port: %q", r.stdout)
+	}
+	if slices.Contains(ports, uint16(user)) {
+		t.Errorf("the user's listener %d counted among the kernel's channels %v", user, ports)
+	}
+	if got := shared.sup.KernelChannels(os.Getpid()); got != nil {
+		t.Errorf("KernelChannels(the test) = %v", got)
+	}
+	if got := shared.sup.KernelChannels(1 << 30); got != nil {
+		t.Errorf("KernelChannels(no such pid) = %v", got)
+	}
+	// A connection file named on a command line but outside the runtime
+	// directory is not the server's.
+	fake := fmt.Sprintf("%s/kernel-x.json", t.TempDir())
+	if err := os.WriteFile(fake, []byte(`{"shell_port": 1, "iopub_port": 2}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = mustOK(t, execute(t, k, fmt.Sprintf("import subprocess, sys\np = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '-f', %q])\nprint(p.pid)", fake)))
+	child, err := strconv.Atoi(r.stdout[:len(r.stdout)-1])
+	if err != nil {
+		t.Fatalf("pid: %q", r.stdout)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+	if got := shared.sup.KernelChannels(child); got != nil {
+		t.Errorf("KernelChannels(a process naming a file outside the runtime directory) = %v", got)
+	}
+}
