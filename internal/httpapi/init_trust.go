@@ -191,13 +191,15 @@ func writeCADir(dir string, ders [][]byte) error {
 // editBundle returns the bundle data without the certificates of an
 // earlier /init (between the markers, and those of old anywhere: a run of
 // update-ca-certificates copies them in without the markers) and with
-// pems at its end, between the markers.
+// pems between the markers: where the earlier ones were, else at the end.
+// When that changes nothing it returns data itself.
 func editBundle(data []byte, old [][]byte, pems []byte) []byte {
 	var out bytes.Buffer
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64<<10), len(data)+1)
 	var block []string // the lines of a certificate being read
 	inOurs := false
+	at := -1 // where the earlier section was, in out
 	for sc.Scan() {
 		line := sc.Text()
 		trimmed := strings.TrimSpace(line)
@@ -207,6 +209,9 @@ func editBundle(data []byte, old [][]byte, pems []byte) []byte {
 			continue
 		case trimmed == caBegin:
 			inOurs = true
+			if at < 0 {
+				at = out.Len()
+			}
 			continue
 		case block == nil && trimmed == "-----BEGIN CERTIFICATE-----":
 			block = []string{line}
@@ -230,12 +235,19 @@ func editBundle(data []byte, old [][]byte, pems []byte) []byte {
 	if block != nil { // a certificate cut short: keep it as it was
 		out.WriteString(strings.Join(block, "\n") + "\n")
 	}
+	var section []byte
 	if len(pems) > 0 {
-		out.WriteString(caBegin + "\n")
-		out.Write(pems)
-		out.WriteString(caEnd + "\n")
+		section = slices.Concat([]byte(caBegin+"\n"), pems, []byte(caEnd+"\n"))
 	}
-	return out.Bytes()
+	rest := out.Bytes()
+	if at < 0 {
+		at = len(rest)
+	}
+	edited := slices.Concat(rest[:at], section, rest[at:])
+	if bytes.Equal(edited, data) {
+		return data
+	}
+	return edited
 }
 
 // readFileMode reads a file and its mode; a missing file is empty, 0644.

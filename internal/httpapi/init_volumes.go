@@ -317,9 +317,9 @@ func errConflict(err error) error { return conflictError{err} }
 func mountVolumes(ctx context.Context, m Mounter, plans []volumePlan, lifecycle string) (map[string]mountRecord, error) {
 	var mu sync.Mutex
 	made := map[string]mountRecord{}
-	var errs []error
+	errs := make([]error, len(plans)) // in the plans' order
 	var wg sync.WaitGroup
-	for _, p := range plans {
+	for i, p := range plans {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, mountTimeout)
 			defer cancel()
@@ -327,7 +327,7 @@ func mountVolumes(ctx context.Context, m Mounter, plans []volumePlan, lifecycle 
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				errs = append(errs, fmt.Errorf("mount %s at %s: %w", p.vol.NFSTarget, p.vol.Path, err))
+				errs[i] = fmt.Errorf("mount %s at %s: %w", p.vol.NFSTarget, p.vol.Path, err)
 				return
 			}
 			made[p.vol.Path] = mountRecord{target: p.vol.NFSTarget, lifecycle: lifecycle}
@@ -344,10 +344,14 @@ func mountVolume(ctx context.Context, m Mounter, p volumePlan) error {
 			return fmt.Errorf("unmount the mount of an earlier lifecycle: %w", err)
 		}
 	}
+	// Root must not follow a link sandbox code planted on the way: not
+	// to create directories, not to mount.
+	if err := noLinks(path); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(path, 0o755); err != nil {
 		return fmt.Errorf("create the mount point: %w", err)
 	}
-	// Root must not follow a link sandbox code planted on the way.
 	if real, err := filepath.EvalSymlinks(path); err != nil || real != path {
 		return fmt.Errorf("the mount point must have no symbolic link on its way (it resolves to %q)", real)
 	}
@@ -355,6 +359,31 @@ func mountVolume(ctx context.Context, m Mounter, p volumePlan) error {
 		return fmt.Errorf("the mount point is not a directory")
 	}
 	return m.Mount(ctx, p.vol.NFSTarget, path)
+}
+
+// noLinks checks that no existing directory on the way to path is a
+// symbolic link or not a directory.
+func noLinks(path string) error {
+	for p := ""; ; {
+		next, _, more := strings.Cut(strings.TrimPrefix(path[len(p):], "/"), "/")
+		p += "/" + next
+		st, err := os.Lstat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // created from here on
+		}
+		if err != nil {
+			return fmt.Errorf("the mount point: %w", err)
+		}
+		if st.Mode()&os.ModeSymlink != 0 {
+			return fmt.Errorf("the mount point must have no symbolic link on its way (%s is one)", p)
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("the mount point must be a directory (%s is not one)", p)
+		}
+		if !more {
+			return nil
+		}
+	}
 }
 
 // unmount detaches the topmost mount at path: forced (an NFS server of an
