@@ -25,7 +25,7 @@ build: ## build bin/envd, static
 
 .PHONY: run
 run: deps build ## install what is missing, then run envd with Jupyter on localhost
-	$(BIN)/envd -host $(HOST) $(ENVD_FLAGS)
+	$(BIN)/envd -host $(HOST) -mmds-url off $(ENVD_FLAGS)
 
 .PHONY: test
 # The tests import the whole data stack the image ships (test/compat/datastack.test.mjs).

@@ -30,6 +30,7 @@ import (
 	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/reaper"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/internal/slogtag"
 )
 
 // Version is envd's version, reported by -version and /init.
@@ -78,6 +79,10 @@ type Config struct {
 	// writes create missing parents owned by the asked user, and Jupyter
 	// and its kernels run as root.
 	StrictUsers bool
+	// MMDSURL is where the host's boot metadata is read (Firecracker's
+	// MMDS, mmds.DefaultURL in a guest): polled at boot for the sandbox's
+	// ids and /init's token hash. "" or "off": not read.
+	MMDSURL string
 }
 
 // Defaults of the shutdown's grace periods.
@@ -112,6 +117,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s := serve(ctx, lns, cfg.Logger)
 	p.code.start()
+	p.boot.start()
 	cfg.Logger.Info("envd started", "version", Version, "default_user", user, "pid", os.Getpid(), "token", p.token.IsSet(),
 		"strict_users", cfg.StrictUsers, "kernels_user", p.code.kernelsUser())
 	if cfg.Ready != nil {
@@ -130,6 +136,8 @@ func checkConfig(cfg Config) (Config, string, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// Tagged with the sandbox's ids once the MMDS names them.
+	cfg.Logger = slog.New(slogtag.Wrap(cfg.Logger.Handler()))
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = defaultShutdownGrace
 	}
@@ -155,13 +163,15 @@ type parts struct {
 	files *filesystem.Files
 	code  *codeExec
 	pkgs  *packages.Installer
-	main  http.Handler // every route, for the main port, vsock and the unix socket
+	boot  *bootMetadata // nil without an MMDS
+	main  http.Handler  // every route, for the main port, vsock and the unix socket
 }
 
 func newParts(cfg Config, user string) (*parts, error) {
 	log := cfg.Logger
 	defs := defaults.New(user, map[string]string{"E2B_SANDBOX": "true"})
 	p := &parts{cfg: cfg, log: log, token: &auth.Token{}}
+	var err error
 	p.token.Set(cfg.AccessToken)
 
 	popts := process.Options{Logger: log.With("component", "process"), Env: defs.Env, StrictUsers: cfg.StrictUsers}
@@ -178,6 +188,12 @@ func newParts(cfg Config, user string) (*parts, error) {
 	if cfg.SyncClock {
 		api.SetClock = httpapi.SetSystemClock
 	}
+	if p.boot, err = newBootMetadata(cfg, defs); err != nil {
+		p.files.Close()
+		return nil, err
+	} else if p.boot != nil {
+		api.Boot = p.boot
+	}
 	routes := []server.Route{
 		{Pattern: "GET /health", Handler: http.HandlerFunc(health), Public: true},
 		{Pattern: procPath, Handler: procHandler},
@@ -185,6 +201,9 @@ func newParts(cfg Config, user string) (*parts, error) {
 	}
 	routes = append(routes, httpapi.New(api).Routes()...)
 	code, err := newCodeExec(cfg, log, defs)
+	if err != nil {
+		p.boot.stop()
+	}
 	if err != nil {
 		p.files.Close()
 		return nil, err
@@ -207,6 +226,7 @@ func newParts(cfg Config, user string) (*parts, error) {
 
 // cleanup releases what the parts hold once nothing serves them.
 func (p *parts) cleanup() {
+	p.boot.stop()
 	p.files.Close()
 	p.code.cleanup()
 	if p.cfg.UnixSocket != "" {

@@ -149,7 +149,9 @@ func SharedDir(tb testing.TB) string {
 }
 
 // CleanEnv is this process's environment without ENVD_* variables (which
-// envd reads as flags), plus extra (KEY=VALUE).
+// envd reads as flags), plus ENVD_MMDS_URL=off (a test's envd never asks
+// the real metadata address, which is not on this machine), plus extra
+// (KEY=VALUE), which may override it.
 func CleanEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -157,6 +159,7 @@ func CleanEnv(extra ...string) []string {
 			env = append(env, kv)
 		}
 	}
+	env = append(env, "ENVD_MMDS_URL=off")
 	return append(env, extra...)
 }
 
