@@ -28,7 +28,7 @@ build: ## build bin/envd, static
 
 .PHONY: run
 run: deps build ## install what is missing, then run envd with Jupyter on localhost
-	$(BIN)/envd -host $(HOST) -forward-ports=$(FORWARD_PORTS) $(ENVD_FLAGS)
+	$(BIN)/envd -host $(HOST) -forward-ports=$(FORWARD_PORTS) -mmds-url off $(ENVD_FLAGS)
 
 .PHONY: test
 # The tests import the whole data stack the image ships (test/compat/datastack.test.mjs).

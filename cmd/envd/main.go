@@ -24,6 +24,7 @@ import (
 	"github.com/envd-dev/envd/internal/buildinfo"
 	"github.com/envd-dev/envd/internal/daemon"
 	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/mmds"
 )
 
 func main() {
@@ -50,6 +51,7 @@ func run() error {
 	fs.BoolVar(&cfg.StrictUsers, "strict-users", false, "give each request exactly its user's rights, as in a shell of that user (real uid switch, no capabilities; a user sees only its own processes), and run Jupyter and its kernels as the default user (default: as upstream envd, files read and parents created as root, kernels as root)")
 	fs.BoolVar(&cfg.ForwardPorts, "forward-ports", true, "forward the sandbox's external addresses, on the same port, to TCP servers listening only on loopback (127.0.0.1, ::1), so the host reaches them; false turns it off (outside a sandbox, on a machine of your own, it would expose loopback-only servers)")
 	fs.BoolVar(&cfg.SyncClock, "sync-clock", false, "let POST /init set the machine's clock from its timestamp (off: the clock is never touched)")
+	fs.StringVar(&cfg.MMDSURL, "mmds-url", mmds.DefaultURL, "where the host's boot metadata is read at boot (Firecracker's MMDS): the sandbox's ids for processes and logs, and the hash /init's access token must match; off: not read")
 	warmKernels := fs.String("warm-kernels", interpreter.DefaultWarmKernels().String(), "prestarted kernels kept ready per language, as language=count items (python, r, bash; e.g. python=1,r=1): a new context takes one instead of waiting for a kernel start; each costs an idle kernel's memory (a Python one about 70 MB); python=0 or '' turns it off")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")

@@ -30,6 +30,7 @@ import (
 	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/reaper"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/internal/slogtag"
 )
 
 // Version is envd's version, reported by -version and /init.
@@ -83,6 +84,10 @@ type Config struct {
 	// time between two scans of the listeners; zero: 1 s.
 	ForwardPorts     bool
 	PortScanInterval time.Duration
+	// MMDSURL is where the host's boot metadata is read (Firecracker's
+	// MMDS, mmds.DefaultURL in a guest): polled at boot for the sandbox's
+	// ids and /init's token hash. "" or "off": not read.
+	MMDSURL string
 }
 
 // Defaults of the shutdown's grace periods.
@@ -118,6 +123,7 @@ func Run(ctx context.Context, cfg Config) error {
 	s := serve(ctx, lns, cfg.Logger)
 	p.code.start()
 	p.ports.start()
+	p.boot.start()
 	cfg.Logger.Info("envd started", "version", Version, "default_user", user, "pid", os.Getpid(), "token", p.token.IsSet(),
 		"strict_users", cfg.StrictUsers, "kernels_user", p.code.kernelsUser())
 	if cfg.Ready != nil {
@@ -136,6 +142,8 @@ func checkConfig(cfg Config) (Config, string, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// Tagged with the sandbox's ids once the MMDS names them.
+	cfg.Logger = slog.New(slogtag.Wrap(cfg.Logger.Handler()))
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = defaultShutdownGrace
 	}
@@ -162,13 +170,15 @@ type parts struct {
 	code  *codeExec
 	pkgs  *packages.Installer
 	ports *portsPart
-	main  http.Handler // every route, for the main port, vsock and the unix socket
+	boot  *bootMetadata // nil without an MMDS
+	main  http.Handler  // every route, for the main port, vsock and the unix socket
 }
 
 func newParts(cfg Config, user string) (*parts, error) {
 	log := cfg.Logger
 	defs := defaults.New(user, map[string]string{"E2B_SANDBOX": "true"})
 	p := &parts{cfg: cfg, log: log, token: &auth.Token{}}
+	var err error
 	p.token.Set(cfg.AccessToken)
 
 	popts := process.Options{Logger: log.With("component", "process"), Env: defs.Env, StrictUsers: cfg.StrictUsers}
@@ -185,6 +195,12 @@ func newParts(cfg Config, user string) (*parts, error) {
 	if cfg.SyncClock {
 		api.SetClock = httpapi.SetSystemClock
 	}
+	if p.boot, err = newBootMetadata(cfg, defs); err != nil {
+		p.files.Close()
+		return nil, err
+	} else if p.boot != nil {
+		api.Boot = p.boot
+	}
 	routes := []server.Route{
 		{Pattern: "GET /health", Handler: http.HandlerFunc(health), Public: true},
 		{Pattern: procPath, Handler: procHandler},
@@ -192,6 +208,9 @@ func newParts(cfg Config, user string) (*parts, error) {
 	}
 	routes = append(routes, httpapi.New(api).Routes()...)
 	code, err := newCodeExec(cfg, log, defs)
+	if err != nil {
+		p.boot.stop()
+	}
 	if err != nil {
 		p.files.Close()
 		return nil, err
@@ -217,6 +236,7 @@ func newParts(cfg Config, user string) (*parts, error) {
 
 // cleanup releases what the parts hold once nothing serves them.
 func (p *parts) cleanup() {
+	p.boot.stop()
 	p.files.Close()
 	p.code.cleanup()
 	if p.cfg.UnixSocket != "" {

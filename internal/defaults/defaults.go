@@ -18,6 +18,7 @@ type Defaults struct {
 	workdir string            // guarded by mu
 	env     map[string]string // guarded by mu; set by /init
 	base    map[string]string // guarded by mu; under env (SetBaseEnv)
+	host    map[string]string // guarded by mu; between base and env (SetHostVar)
 	fixed   map[string]string // set once by New; /init cannot override these
 }
 
@@ -47,27 +48,48 @@ func (d *Defaults) Workdir() string {
 }
 
 // Env is every variable a process gets on top of its user's login
-// environment: the base (SetBaseEnv), then what /init set, then the fixed
-// variables; a later value for a name wins.
+// environment: the base (SetBaseEnv), then what envd learned from the host
+// (SetHostVar), then what /init set, then the fixed variables; a later
+// value for a name wins.
 func (d *Defaults) Env() map[string]string {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	out := make(map[string]string, len(d.base)+len(d.env)+len(d.fixed))
+	out := make(map[string]string, len(d.base)+len(d.host)+len(d.env)+len(d.fixed))
 	maps.Copy(out, d.base)
+	maps.Copy(out, d.host)
 	maps.Copy(out, d.env)
 	maps.Copy(out, d.fixed)
 	return out
 }
 
-// InitEnv is Env without the base: what /init set and the fixed variables.
-// Kernels get these; they have an environment of their own for the rest.
+// InitEnv is Env without the base: the host's variables, what /init set
+// and the fixed variables. Kernels get these; they have an environment of
+// their own for the rest.
 func (d *Defaults) InitEnv() map[string]string {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	out := make(map[string]string, len(d.env)+len(d.fixed))
+	out := make(map[string]string, len(d.host)+len(d.env)+len(d.fixed))
+	maps.Copy(out, d.host)
 	maps.Copy(out, d.env)
 	maps.Copy(out, d.fixed)
 	return out
+}
+
+// SetHostVar sets a variable envd learned from the host rather than from
+// /init's envVars (the sandbox's id from the MMDS, the events address from
+// /init's hyperloopIP): a later /init's envVars do not remove it, but may
+// override it. An empty value removes it.
+func (d *Defaults) SetHostVar(name, value string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if value == "" {
+		delete(d.host, name)
+		return
+	}
+	if d.host == nil {
+		d.host = map[string]string{}
+	}
+	d.host[name] = value
 }
 
 // SetBaseEnv replaces the variables under /init's: envd's own choices for

@@ -99,6 +99,36 @@ func TestEnv(t *testing.T) {
 	}
 }
 
+// TestHostVars: the host's variables sit between the base and /init's:
+// /init's envVars replace each other but not them, and may override them.
+func TestHostVars(t *testing.T) {
+	t.Parallel()
+	d := defaults.New("root", map[string]string{"E2B_SANDBOX": "true"})
+	d.SetBaseEnv(map[string]string{"PATH": "/bin", "E2B_SANDBOX_ID": "base"})
+	d.SetHostVar("E2B_SANDBOX_ID", "sbx")
+	d.SetHostVar("E2B_EVENTS_ADDRESS", "http://10.0.0.1")
+	d.SetHostVar("E2B_SANDBOX", "false") // fixed wins
+	want := map[string]string{"PATH": "/bin", "E2B_SANDBOX_ID": "sbx", "E2B_EVENTS_ADDRESS": "http://10.0.0.1", "E2B_SANDBOX": "true"}
+	if got := d.Env(); !maps.Equal(got, want) {
+		t.Fatalf("Env() = %v, want %v", got, want)
+	}
+	d.SetEnv(map[string]string{"E2B_EVENTS_ADDRESS": "http://override"})
+	d.SetEnv(map[string]string{"A": "1"}) // replaces /init's, keeps the host's
+	wantInit := map[string]string{"E2B_SANDBOX_ID": "sbx", "E2B_EVENTS_ADDRESS": "http://10.0.0.1", "A": "1", "E2B_SANDBOX": "true"}
+	if got := d.InitEnv(); !maps.Equal(got, wantInit) {
+		t.Fatalf("InitEnv() = %v, want %v", got, wantInit)
+	}
+	d.SetEnv(map[string]string{"E2B_SANDBOX_ID": "init"})
+	if got := d.Env()["E2B_SANDBOX_ID"]; got != "init" {
+		t.Errorf("/init does not override the host's variable: %q", got)
+	}
+	d.SetEnv(nil)
+	d.SetHostVar("E2B_SANDBOX_ID", "")
+	if got := d.Env()["E2B_SANDBOX_ID"]; got != "base" {
+		t.Errorf("an empty value does not remove the host's variable: %q", got)
+	}
+}
+
 // TestConcurrent exercises every getter and setter at once, for the race
 // detector.
 func TestConcurrent(t *testing.T) {
@@ -116,6 +146,7 @@ func TestConcurrent(t *testing.T) {
 					d.SetUser("u" + s)
 					d.SetWorkdir("/w" + s)
 					d.SetBaseEnv(map[string]string{"F": "base", "B": s})
+					d.SetHostVar("H", s)
 				case 1:
 					if d.Env()["F"] != "1" || d.InitEnv()["F"] != "1" {
 						lost.Add(1)

@@ -54,6 +54,8 @@ type envOpts struct {
 	syncClock bool
 	now       func() time.Time
 	strict    bool // filesystem.Options.StrictUsers
+	boot      httpapi.BootMetadata
+	mounter   httpapi.Mounter
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -64,7 +66,8 @@ func newEnv(t *testing.T, o envOpts) *env {
 	log := slog.New(slog.DiscardHandler)
 	e := &env{token: &auth.Token{}, defs: defaults.New("user", map[string]string{"E2B_SANDBOX": "true"}), clock: &fakeClock{}}
 	e.files = filesystem.New(filesystem.Options{Logger: log, StrictUsers: o.strict})
-	ao := httpapi.Options{Logger: log, Files: e.files, Defaults: e.defs, Token: e.token, Version: "9.8.7", Now: o.now}
+	ao := httpapi.Options{Logger: log, Files: e.files, Defaults: e.defs, Token: e.token, Version: "9.8.7", Now: o.now,
+		Boot: o.boot, Mounter: o.mounter}
 	if o.syncClock {
 		ao.SetClock = e.clock.Set
 	}

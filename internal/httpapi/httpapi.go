@@ -34,6 +34,13 @@ type Options struct {
 	SetClock func(time.Time) error
 	// Now is the clock used for signature expiry. Zero: time.Now.
 	Now func() time.Time
+	// Boot is the host's boot metadata: once it has an access token's
+	// hash, /init accepts that token only. Nil: none (not a Firecracker
+	// guest, or -mmds-url off).
+	Boot BootMetadata
+	// Mounter makes /init's NFS volume mounts. Nil: NFSMounter (mount(8)
+	// with mount.nfs).
+	Mounter Mounter
 }
 
 // API serves the HTTP API.
@@ -42,7 +49,8 @@ type API struct {
 	log *slog.Logger
 
 	initMu   sync.Mutex
-	lastInit time.Time // guarded by initMu: the newest /init timestamp applied
+	lastInit time.Time              // guarded by initMu: the newest /init timestamp applied
+	mounts   map[string]mountRecord // guarded by initMu: the NFS mounts /init made, by path
 
 	cpuMu   sync.Mutex
 	lastCPU cpuSample // guarded by cpuMu
@@ -56,7 +64,10 @@ func New(o Options) *API {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &API{o: o, log: o.Logger}
+	if o.Mounter == nil {
+		o.Mounter = NFSMounter{}
+	}
+	return &API{o: o, log: o.Logger, mounts: map[string]mountRecord{}}
 }
 
 // Routes is the API's part of envd's route table.

@@ -2,12 +2,15 @@ package httpapi
 
 import (
 	"bufio"
+	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime"
 	"strconv"
@@ -17,18 +20,27 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/mmds"
 	"github.com/envd-dev/envd/internal/server"
 )
 
-// initRequest is the body of POST /init; every field is optional. Fields
-// upstream also takes (caBundle, hyperloopIP, volumeMounts, lifecycleID)
-// are accepted and ignored.
+// initRequest is the body of POST /init; every field is optional.
 type initRequest struct {
 	EnvVars        *map[string]string `json:"envVars"`
 	AccessToken    *string            `json:"accessToken"`
 	DefaultUser    *string            `json:"defaultUser"`
 	DefaultWorkdir *string            `json:"defaultWorkdir"`
 	Timestamp      *time.Time         `json:"timestamp"`
+	// CABundle is PEM certificates to trust (init_trust.go); "" changes
+	// nothing.
+	CABundle *string `json:"caBundle"`
+	// HyperloopIP is where the sandbox reaches the host's services
+	// (init_hosts.go); "" changes nothing.
+	HyperloopIP *string `json:"hyperloopIP"`
+	// VolumeMounts are NFS mounts, made for LifecycleID
+	// (init_volumes.go).
+	VolumeMounts *[]volumeMount `json:"volumeMounts"`
+	LifecycleID  *string        `json:"lifecycleID"`
 }
 
 // maxInitBody bounds the body of POST /init, which is read whole: its env
@@ -44,9 +56,33 @@ const (
 	maxClockAhead  = 5 * time.Second
 )
 
-// handleInit serves POST /init, the orchestrator's call: default env vars, access
-// token, default user and working directory, and the clock. Nothing is
-// changed unless every field is valid.
+// BootMetadata is what the host published for this sandbox at boot (the
+// MMDS, see internal/mmds).
+type BootMetadata interface {
+	// AccessTokenHash is the hash (mmds.HashToken) of the token /init must
+	// carry, as the host publishes it now; ok is false while the host has
+	// published none, and /init then goes by the token envd holds.
+	AccessTokenHash(ctx context.Context) (hash string, ok bool)
+}
+
+// initPlan is a checked /init: what it changes.
+type initPlan struct {
+	req        initRequest
+	token      string // the token it sets, "" for none
+	resetToken bool   // the host's hash authorizes no token: clear it
+	certs      []*x509.Certificate
+	hyperloop  netip.Addr
+	volumes    []volumePlan
+	lifecycle  string
+}
+
+// handleInit serves POST /init, the orchestrator's call: default env vars,
+// access token, default user and working directory, the clock, trusted CA
+// certificates, the host's events address and NFS volumes. Every field is
+// checked before anything changes; the changes to the machine (trust
+// store, hosts file, mounts) come first, each whole or not at all, and
+// envd's own settings change only once they all succeeded, so a failed
+// /init can be sent again as it was.
 func (a *API) handleInit(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Envd-Version", a.o.Version)
 	w.Header().Set("Cache-Control", "no-store")
@@ -69,21 +105,10 @@ func (a *API) handleInit(w http.ResponseWriter, r *http.Request) {
 	a.initMu.Lock()
 	defer a.initMu.Unlock()
 
-	// Once a token is set, only a request that carries it may re-initialize:
-	// the first /init sets it, later ones must repeat it.
-	token := ""
-	if req.AccessToken != nil {
-		token = *req.AccessToken
-	}
-	if a.o.Token.IsSet() {
-		if token == "" {
-			server.WriteError(w, http.StatusUnauthorized, "access token reset not authorized")
-			return
-		}
-		if !a.o.Token.Match(token) {
-			server.WriteError(w, http.StatusUnauthorized, "access token validation failed")
-			return
-		}
+	plan := initPlan{req: req}
+	if status, msg := a.checkInitToken(r.Context(), &plan); status != 0 {
+		server.WriteError(w, status, msg)
+		return
 	}
 	// An /init older than one already applied arrived late: skip it.
 	if req.Timestamp != nil && !a.lastInit.IsZero() && !req.Timestamp.After(a.lastInit) {
@@ -91,15 +116,21 @@ func (a *API) handleInit(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if req.DefaultUser != nil && *req.DefaultUser != "" {
-		if _, err := identity.Lookup(*req.DefaultUser); err != nil {
-			server.WriteError(w, http.StatusBadRequest, fmt.Sprintf("defaultUser '%s': %v", *req.DefaultUser, err))
-			return
-		}
+	if status, msg := a.checkInit(&plan); status != 0 {
+		server.WriteError(w, status, msg)
+		return
+	}
+	if status, msg := a.applySystem(r.Context(), plan); status != 0 {
+		server.WriteError(w, status, msg)
+		return
 	}
 
-	if token != "" {
-		a.o.Token.Set(token)
+	switch {
+	case plan.token != "":
+		a.o.Token.Set(plan.token)
+	case plan.resetToken:
+		a.o.Token.Set("")
+		a.log.Info("/init cleared the access token, as the host's metadata authorizes")
 	}
 	if req.EnvVars != nil {
 		a.o.Defaults.SetEnv(*req.EnvVars)
@@ -110,11 +141,144 @@ func (a *API) handleInit(w http.ResponseWriter, r *http.Request) {
 	if req.DefaultWorkdir != nil {
 		a.o.Defaults.SetWorkdir(*req.DefaultWorkdir)
 	}
+	if plan.hyperloop.IsValid() {
+		a.o.Defaults.SetHostVar(eventsAddressVar, eventsAddress(plan.hyperloop))
+	}
 	if req.Timestamp != nil {
 		a.lastInit = *req.Timestamp
 		a.syncClock(*req.Timestamp)
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// checkInitToken decides whether the /init may proceed, and which token it
+// sets. Once the host has published a token's hash (the MMDS), only that
+// token is accepted, whatever token envd holds: a resumed sandbox gets a
+// new one that way. The hash of the empty token authorizes an /init
+// without one, which then clears envd's. Without a hash: the first /init
+// sets the token, later ones must repeat it. It returns a status and a
+// message for a refused /init, 0 otherwise.
+func (a *API) checkInitToken(ctx context.Context, p *initPlan) (int, string) {
+	if p.req.AccessToken != nil {
+		p.token = *p.req.AccessToken
+	}
+	if a.o.Boot != nil {
+		if hash, ok := a.o.Boot.AccessTokenHash(ctx); ok {
+			match, err := mmds.MatchToken(hash, p.token)
+			switch {
+			case err != nil:
+				return http.StatusUnauthorized, fmt.Sprintf("access token validation failed: the host's metadata (MMDS) is unusable: %v", err)
+			case !match && p.token == "":
+				return http.StatusUnauthorized, "access token reset not authorized: the host's metadata (MMDS) names a token and this /init carries none"
+			case !match:
+				return http.StatusUnauthorized, "access token validation failed: the token is not the one whose hash the host published (MMDS accessTokenHash)"
+			}
+			p.resetToken = p.token == "" && a.o.Token.IsSet()
+			return 0, ""
+		}
+	}
+	if a.o.Token.IsSet() {
+		if p.token == "" {
+			return http.StatusUnauthorized, "access token reset not authorized"
+		}
+		if !a.o.Token.Match(p.token) {
+			return http.StatusUnauthorized, "access token validation failed"
+		}
+	}
+	return 0, ""
+}
+
+// checkInit checks every field but the token, and plans the volumes.
+func (a *API) checkInit(p *initPlan) (int, string) {
+	req := p.req
+	if req.DefaultUser != nil && *req.DefaultUser != "" {
+		if _, err := identity.Lookup(*req.DefaultUser); err != nil {
+			return http.StatusBadRequest, fmt.Sprintf("defaultUser '%s': %v", *req.DefaultUser, err)
+		}
+	}
+	if req.CABundle != nil && *req.CABundle != "" {
+		certs, err := parseCABundle(*req.CABundle)
+		if err != nil {
+			return http.StatusBadRequest, err.Error()
+		}
+		p.certs = certs
+	}
+	if req.HyperloopIP != nil && *req.HyperloopIP != "" {
+		ip, err := parseHyperloopIP(*req.HyperloopIP)
+		if err != nil {
+			return http.StatusBadRequest, err.Error()
+		}
+		p.hyperloop = ip
+	}
+	if req.LifecycleID != nil {
+		p.lifecycle = *req.LifecycleID
+	}
+	if req.VolumeMounts == nil {
+		if req.LifecycleID != nil {
+			if err := checkVolumes(nil, p.lifecycle); err != nil {
+				return http.StatusBadRequest, err.Error()
+			}
+		}
+		return 0, ""
+	}
+	if err := checkVolumes(*req.VolumeMounts, p.lifecycle); err != nil {
+		return http.StatusBadRequest, err.Error()
+	}
+	plans, err := planVolumes(*req.VolumeMounts, p.lifecycle, a.mounts)
+	if err != nil {
+		if _, ok := errors.AsType[conflictError](err); ok {
+			return http.StatusConflict, err.Error()
+		}
+		return http.StatusInternalServerError, err.Error()
+	}
+	if len(plans) > 0 {
+		if err := a.o.Mounter.Check(); err != nil {
+			return http.StatusNotImplemented, "volumeMounts: " + err.Error()
+		}
+	}
+	p.volumes = plans
+	return 0, ""
+}
+
+// applySystem makes /init's changes to the machine: the trust store, the
+// hosts file, the mounts. It returns a status and a message when one
+// failed (those before it stay made: sending the /init again redoes
+// nothing that is done), 0 otherwise.
+func (a *API) applySystem(ctx context.Context, p initPlan) (int, string) {
+	if p.certs != nil {
+		if err := installCAs(p.certs, caBundleFile, caLocalDir); err != nil {
+			a.log.Error("cannot install /init's caBundle", "err", err)
+			return http.StatusInternalServerError, fmt.Sprintf("caBundle: install the certificates: %v", err)
+		}
+		a.log.Info("trusting /init's CA certificates", "certificates", len(p.certs))
+	}
+	if p.hyperloop.IsValid() {
+		if err := setHosts(hostsFile, p.hyperloop); err != nil {
+			a.log.Error("cannot write the hosts entry of /init's hyperloopIP", "err", err)
+			return http.StatusInternalServerError, fmt.Sprintf("hyperloopIP: %v", err)
+		}
+	}
+	if len(p.volumes) > 0 {
+		// A client that hangs up does not stop mounts half way; each is
+		// bounded by mountTimeout.
+		made, err := mountVolumes(context.WithoutCancel(ctx), a.o.Mounter, p.volumes, p.lifecycle)
+		for path, rec := range made {
+			a.mounts[path] = rec
+		}
+		for _, v := range p.volumes {
+			if _, ok := made[v.vol.Path]; !ok && v.unmount {
+				delete(a.mounts, v.vol.Path) // unmounted, then failed to mount
+			}
+		}
+		if len(made) > 0 {
+			a.log.Info("mounted /init's NFS volumes", "volumes", len(made), "lifecycle_id", p.lifecycle)
+		}
+		if err != nil {
+			a.log.Error("cannot mount /init's NFS volumes", "err", err)
+			return http.StatusInternalServerError, fmt.Sprintf("volumeMounts: %v", err)
+		}
+	}
+	return 0, ""
 }
 
 // syncClock sets the clock to ts when it is off by more than the tolerated

@@ -150,7 +150,8 @@ func SharedDir(tb testing.TB) string {
 
 // CleanEnv is this process's environment without ENVD_* variables (which
 // envd reads as flags), plus ENVD_FORWARD_PORTS=false (an envd a test
-// starts must never forward the machine's addresses), plus extra
+// starts must never forward the machine's addresses) and ENVD_MMDS_URL=off
+// (nor ask the real metadata address, which is not on this machine), plus extra
 // (KEY=VALUE), which may override it.
 func CleanEnv(extra ...string) []string {
 	var env []string
@@ -159,7 +160,7 @@ func CleanEnv(extra ...string) []string {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "ENVD_FORWARD_PORTS=false")
+	env = append(env, "ENVD_FORWARD_PORTS=false", "ENVD_MMDS_URL=off")
 	return append(env, extra...)
 }
 

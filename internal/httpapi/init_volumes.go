@@ -1,0 +1,401 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/internal/reaper"
+)
+
+// volumeMount is one of /init's volumeMounts: an NFS export and where to
+// mount it.
+type volumeMount struct {
+	NFSTarget string `json:"nfs_target"`
+	Path      string `json:"path"`
+}
+
+// Bounds of /init's volumeMounts.
+const (
+	maxVolumes     = 64
+	maxLifecycleID = 256
+	// mountTimeout bounds each NFS mount: a server that does not answer
+	// fails the mount instead of holding /init.
+	mountTimeout = 10 * time.Second
+)
+
+// Mounter makes the NFS mounts of /init's volumeMounts.
+type Mounter interface {
+	// Check tells why no NFS mount can be made at all (the helper that
+	// mounts NFS is not installed); nil when they can.
+	Check() error
+	// Mount mounts the export target ("host:/export") at path, an
+	// existing directory.
+	Mount(ctx context.Context, target, path string) error
+}
+
+// mountRecord is a mount /init made: its export and the lifecycle it was
+// made for.
+type mountRecord struct {
+	target, lifecycle string
+}
+
+// nfsOptions are the options of every NFS mount: NFSv3 over TCP on port
+// 2049 alone (the host's NFS proxy speaks nothing else), synchronous writes
+// (a sandbox may be stopped at any moment), no attribute or lookup caching
+// (a paused and resumed sandbox must see the export as it is now), hard
+// mounts (a slow server stalls a read instead of failing it).
+var nfsOptions = strings.Join([]string{
+	"fg", "hard", "sync",
+	"nfsvers=3", "proto=tcp", "port=2049", "mountproto=tcp", "mountport=2049",
+	"rsize=1048576", "wsize=1048576",
+	"noacl", "noac", "lookupcache=none",
+}, ",")
+
+// NFSMounter mounts with mount(8), which hands NFS to mount.nfs (Debian's
+// nfs-common).
+type NFSMounter struct{}
+
+// mountNFSHelpers are where mount(8) looks for mount.nfs.
+var mountNFSHelpers = []string{"/sbin/mount.nfs", "/usr/sbin/mount.nfs"}
+
+// Check tells whether mount.nfs is installed.
+func (NFSMounter) Check() error {
+	for _, p := range mountNFSHelpers {
+		if _, err := os.Stat(p); err == nil {
+			return nil
+		}
+	}
+	return errors.New("NFS volume mounts need mount.nfs (Debian's nfs-common) in the sandbox, and it is not installed: install nfs-common in the template")
+}
+
+// Mount runs mount -t nfs; the end of its output is the error's message.
+func (NFSMounter) Mount(ctx context.Context, target, path string) error {
+	return runMount(ctx, "/bin/mount", "-t", "nfs", "-o", nfsOptions, target, path)
+}
+
+// runMount runs a mount command through the reaper (envd reaps every
+// child), killing it when ctx ends.
+func runMount(ctx context.Context, argv ...string) error {
+	out, err := os.CreateTemp("", "envd-mount-")
+	if err != nil {
+		return err
+	}
+	os.Remove(out.Name())
+	defer out.Close()
+	cmd := &exec.Cmd{Path: argv[0], Args: argv, Stdout: out, Stderr: out, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}}
+	exitc, err := reaper.Start(cmd)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	var exit reaper.Exit
+	killed := false
+	select {
+	case exit = <-exitc:
+	case <-ctx.Done():
+		cmd.Process.Signal(syscall.SIGKILL)
+		killed = true
+		exit = <-exitc
+	}
+	cmd.Process.Release()
+	if exit.Code() == 0 {
+		return nil
+	}
+	msg, _ := io.ReadAll(io.NewSectionReader(out, 0, 4<<10))
+	text := strings.TrimSpace(string(msg))
+	if killed {
+		return fmt.Errorf("%s: no answer within %v", filepath.Base(argv[0]), mountTimeout)
+	}
+	if text == "" {
+		text = exit.String()
+	}
+	return fmt.Errorf("%s: %s", filepath.Base(argv[0]), text)
+}
+
+// systemDirs are paths a volume may not be mounted on (the system would
+// lose them), and under sysTrees none either.
+var (
+	systemDirs = []string{"/bin", "/boot", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",
+		"/mnt", "/opt", "/root", "/run", "/sbin", "/srv", "/tmp", "/usr", "/var"}
+	sysTrees = []string{"/proc", "/sys", "/dev"}
+)
+
+// checkVolumes checks /init's volumeMounts and lifecycleID.
+func checkVolumes(vols []volumeMount, lifecycle string) error {
+	if len(vols) > maxVolumes {
+		return fmt.Errorf("volumeMounts: %d mounts, at most %d", len(vols), maxVolumes)
+	}
+	if len(lifecycle) > maxLifecycleID || strings.ContainsFunc(lifecycle, unicode.IsControl) {
+		return fmt.Errorf("lifecycleID: at most %d bytes, no control characters", maxLifecycleID)
+	}
+	seen := map[string]bool{}
+	for i, v := range vols {
+		if err := checkNFSTarget(v.NFSTarget); err != nil {
+			return fmt.Errorf("volumeMounts[%d]: nfs_target %q: %v", i, v.NFSTarget, err)
+		}
+		if err := checkMountPath(v.Path); err != nil {
+			return fmt.Errorf("volumeMounts[%d]: path %q: %v", i, v.Path, err)
+		}
+		if seen[v.Path] {
+			return fmt.Errorf("volumeMounts[%d]: path %q is in the list twice", i, v.Path)
+		}
+		seen[v.Path] = true
+	}
+	return nil
+}
+
+// checkNFSTarget checks an export: HOST:/PATH, HOST a name, an IPv4
+// address or a bracketed IPv6 one.
+func checkNFSTarget(t string) error {
+	host, export, ok := strings.Cut(t, ":/")
+	if !ok || host == "" {
+		return errors.New("want HOST:/EXPORT (for example 10.0.0.1:/data)")
+	}
+	export = "/" + export
+	if len(t) > 1024 || strings.ContainsFunc(t, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) || r == ',' }) {
+		return errors.New("at most 1024 bytes, no spaces, commas or control characters")
+	}
+	if strings.HasPrefix(host, "[") {
+		ip, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+		if err != nil || !strings.HasSuffix(host, "]") || !ip.Is6() {
+			return errors.New("a bracketed host must be an IPv6 address")
+		}
+	} else if !validHostname(host) {
+		return fmt.Errorf("host %q is not a host name or an IPv4 address", host)
+	}
+	if filepath.Clean(export) != export && export != "/" {
+		return fmt.Errorf("export %q is not a clean absolute path", export)
+	}
+	return nil
+}
+
+func validHostname(h string) bool {
+	if len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// checkMountPath checks a mount point: absolute, clean, and not one the
+// system needs.
+func checkMountPath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("empty: want an absolute path such as /mnt/data")
+	case !filepath.IsAbs(p) || filepath.Clean(p) != p:
+		return errors.New("want a clean absolute path (no .., no double or trailing slash), such as /mnt/data")
+	case len(p) > 4096 || strings.ContainsFunc(p, func(r rune) bool { return unicode.IsControl(r) || r == ',' }):
+		return errors.New("at most 4096 bytes, no commas or control characters")
+	case p == "/":
+		return errors.New("the root directory cannot be a volume's mount point")
+	}
+	for _, d := range systemDirs {
+		if p == d {
+			return fmt.Errorf("%s is the system's: mount the volume in a directory of its own under it, such as %s/data", d, d)
+		}
+	}
+	for _, d := range sysTrees {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return fmt.Errorf("nothing may be mounted in %s", d)
+		}
+	}
+	return nil
+}
+
+// mountEntry is a line of /proc/self/mountinfo.
+type mountEntry struct {
+	point, fstype, source string
+}
+
+// mountAt returns the topmost mount at path, if any.
+func mountAt(path string) (mountEntry, bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return mountEntry{}, false, err
+	}
+	defer f.Close()
+	var found mountEntry
+	ok := false
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// ID PARENT MAJ:MIN ROOT POINT OPTIONS [TAGS...] - FSTYPE SOURCE SUPER
+		pre, post, cut := strings.Cut(sc.Text(), " - ")
+		fields, tail := strings.Fields(pre), strings.Fields(post)
+		if !cut || len(fields) < 5 || len(tail) < 2 {
+			continue
+		}
+		if unescapeMount(fields[4]) == path {
+			found = mountEntry{point: path, fstype: tail[0], source: unescapeMount(tail[1])}
+			ok = true // later lines are mounted on top of earlier ones
+		}
+	}
+	return found, ok, sc.Err()
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// isNFS tells whether a mount is NFS's.
+func isNFS(m mountEntry) bool { return m.fstype == "nfs" || m.fstype == "nfs4" }
+
+// volumePlan is what /init does for one volume.
+type volumePlan struct {
+	vol     volumeMount
+	unmount bool // something of an earlier lifecycle is mounted there
+}
+
+// planVolumes decides, before anything changes, which volumes to mount
+// and which mounts to replace; a path where something envd did not mount
+// (and that is not NFS) is mounted is a conflict.
+func planVolumes(vols []volumeMount, lifecycle string, made map[string]mountRecord) ([]volumePlan, error) {
+	var plans []volumePlan
+	for i, v := range vols {
+		m, mounted, err := mountAt(v.Path)
+		if err != nil {
+			return nil, fmt.Errorf("read the mounts: %w", err)
+		}
+		rec, ours := made[v.Path]
+		if mounted && ours && rec.lifecycle == lifecycle && rec.target == v.NFSTarget {
+			continue // mounted for this lifecycle already
+		}
+		if mounted && !ours && !isNFS(m) {
+			return nil, errConflict(fmt.Errorf("volumeMounts[%d]: %s is already the mount point of a %s filesystem (%s) that envd did not mount: choose another path", i, v.Path, m.fstype, m.source))
+		}
+		plans = append(plans, volumePlan{vol: v, unmount: mounted})
+	}
+	return plans, nil
+}
+
+// errConflict marks an /init that conflicts with the machine's state.
+type conflictError struct{ error }
+
+func errConflict(err error) error { return conflictError{err} }
+
+// mountVolumes carries out plans in parallel, each within mountTimeout, and
+// returns the mounts made (path to record) and every failure.
+func mountVolumes(ctx context.Context, m Mounter, plans []volumePlan, lifecycle string) (map[string]mountRecord, error) {
+	var mu sync.Mutex
+	made := map[string]mountRecord{}
+	errs := make([]error, len(plans)) // in the plans' order
+	var wg sync.WaitGroup
+	for i, p := range plans {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, mountTimeout)
+			defer cancel()
+			err := mountVolume(ctx, m, p)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs[i] = fmt.Errorf("mount %s at %s: %w", p.vol.NFSTarget, p.vol.Path, err)
+				return
+			}
+			made[p.vol.Path] = mountRecord{target: p.vol.NFSTarget, lifecycle: lifecycle}
+		})
+	}
+	wg.Wait()
+	return made, errors.Join(errs...)
+}
+
+func mountVolume(ctx context.Context, m Mounter, p volumePlan) error {
+	path := p.vol.Path
+	if p.unmount {
+		if err := unmount(path); err != nil {
+			return fmt.Errorf("unmount the mount of an earlier lifecycle: %w", err)
+		}
+	}
+	// Root must not follow a link sandbox code planted on the way: not
+	// to create directories, not to mount.
+	if err := noLinks(path); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		return fmt.Errorf("create the mount point: %w", err)
+	}
+	if real, err := filepath.EvalSymlinks(path); err != nil || real != path {
+		return fmt.Errorf("the mount point must have no symbolic link on its way (it resolves to %q)", real)
+	}
+	if st, err := os.Stat(path); err != nil || !st.IsDir() {
+		return fmt.Errorf("the mount point is not a directory")
+	}
+	return m.Mount(ctx, p.vol.NFSTarget, path)
+}
+
+// noLinks checks that no existing directory on the way to path is a
+// symbolic link or not a directory.
+func noLinks(path string) error {
+	for p := ""; ; {
+		next, _, more := strings.Cut(strings.TrimPrefix(path[len(p):], "/"), "/")
+		p += "/" + next
+		st, err := os.Lstat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // created from here on
+		}
+		if err != nil {
+			return fmt.Errorf("the mount point: %w", err)
+		}
+		if st.Mode()&os.ModeSymlink != 0 {
+			return fmt.Errorf("the mount point must have no symbolic link on its way (%s is one)", p)
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("the mount point must be a directory (%s is not one)", p)
+		}
+		if !more {
+			return nil
+		}
+	}
+}
+
+// unmount detaches the topmost mount at path: forced (an NFS server of an
+// earlier lifecycle is gone, its requests fail at once), else lazily (a
+// process still holds a file in it).
+func unmount(path string) error {
+	err := unix.Unmount(path, unix.MNT_FORCE|unix.UMOUNT_NOFOLLOW)
+	if errors.Is(err, unix.EBUSY) {
+		err = unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	}
+	if errors.Is(err, unix.EINVAL) { // not a mount point any more
+		return nil
+	}
+	return err
+}
