@@ -169,6 +169,13 @@ func (c *Client) init() {
 				// Keep quiet streams alive and find dead peers.
 				PingTimeout:     15 * time.Second,
 				SendPingTimeout: 30 * time.Second,
+				// Output streams in frames of up to 1 MiB instead of
+				// 16 KiB, through windows that a fast reader does not
+				// wait on: about twice the rate of Go's defaults
+				// (BenchmarkStreamThroughput).
+				MaxReadFrameSize:              1 << 20,
+				MaxReceiveBufferPerStream:     8 << 20,
+				MaxReceiveBufferPerConnection: 16 << 20,
 			},
 		}}
 		// Bulk: HTTP/1.1, one connection per transfer, no flow-control

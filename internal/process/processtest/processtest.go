@@ -171,7 +171,9 @@ func HTTPClient(t testing.TB, proto Proto, user string, header http.Header) *htt
 	} else {
 		p.SetUnencryptedHTTP2(true)
 	}
-	tr := &http.Transport{Protocols: &p, MaxIdleConnsPerHost: 64}
+	// h2 as envd's Go client (package client) configures it.
+	h2 := &http.HTTP2Config{MaxReadFrameSize: 1 << 20, MaxReceiveBufferPerStream: 8 << 20, MaxReceiveBufferPerConnection: 16 << 20}
+	tr := &http.Transport{Protocols: &p, MaxIdleConnsPerHost: 64, HTTP2: h2}
 	t.Cleanup(tr.CloseIdleConnections)
 	var rt http.RoundTripper = tr
 	if user != "" || len(header) > 0 {
