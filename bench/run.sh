@@ -8,7 +8,7 @@ make -s build
 export ENVD_BIN=$PWD/bin/envd
 echo "== commands.run('true') through the SDK vs spawning bash directly"
 node bench/sdk-commands.mjs "${BENCH_RUNS:-200}"
-echo "== 1 GiB of stdout through envd (binary Connect codec) vs a local pipe"
+echo "== 1 GiB of stdout through envd (binary Connect codec) vs a bare relay (pipe into loopback TCP); cost/relay goal <= 1.25"
 go test -run '^$' -bench BenchmarkStreamThroughput -benchtime 3x ./internal/process/
 for b in bench/files.sh bench/code.sh; do
 	if [[ -x $b ]]; then echo "== $b"; "$b"; fi
