@@ -88,6 +88,9 @@ type Client struct {
 	code   interpreterv1connect.InterpreterServiceClient
 	pkgs   packagesv1connect.PackageServiceClient
 	ports  portsv1connect.PortServiceClient
+	// dial opens a tracked connection to envd, TLS included when tls
+	// (DialPort's own connections).
+	dial func(ctx context.Context) (net.Conn, error)
 
 	connsMu sync.Mutex
 	conns   map[*trackedConn]struct{} // guarded by connsMu: open connections
@@ -157,6 +160,21 @@ func (c *Client) init() {
 		var tlsConf *tls.Config
 		if c.tls {
 			tlsConf = &tls.Config{InsecureSkipVerify: c.opts.InsecureSkipVerify} //nolint:gosec // the caller's explicit choice
+		}
+		c.dial = func(ctx context.Context) (net.Conn, error) {
+			conn, err := dial(ctx, "", "")
+			if err != nil || tlsConf == nil {
+				return conn, err
+			}
+			host, _, _ := net.SplitHostPort(strings.TrimPrefix(c.base, "https://"))
+			conf := tlsConf.Clone()
+			conf.ServerName = host
+			tc := tls.Client(conn, conf)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			return tc, nil
 		}
 		c.rpcHC = &http.Client{Transport: &http.Transport{
 			DialContext:         dial,
@@ -240,6 +258,15 @@ type trackedConn struct {
 	net.Conn
 	c    *Client
 	once sync.Once
+}
+
+// CloseWrite shuts down the writing side of a connection that can (TCP,
+// unix, vsock): a tunnel passes the half-close on.
+func (t *trackedConn) CloseWrite() error {
+	if cw, ok := t.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.New("this connection cannot shut down its writing side alone")
 }
 
 func (t *trackedConn) Close() error {

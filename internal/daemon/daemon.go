@@ -30,6 +30,7 @@ import (
 	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/reaper"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/internal/tunnel"
 	"github.com/envd-dev/envd/internal/slogtag"
 )
 
@@ -170,6 +171,7 @@ type parts struct {
 	code  *codeExec
 	pkgs  *packages.Installer
 	ports *portsPart
+	tunls *tunnel.Server
 	boot  *bootMetadata // nil without an MMDS
 	main  http.Handler  // every route, for the main port, vsock and the unix socket
 }
@@ -226,7 +228,8 @@ func newParts(cfg Config, user string) (*parts, error) {
 	routes = append(routes, pkgRoute)
 	var portsRoute server.Route
 	p.ports, portsRoute = newPorts(cfg, log, defs, code)
-	routes = append(routes, portsRoute)
+	p.tunls = tunnel.New(tunnel.Options{Logger: log.With("component", "tunnel"), Defaults: defs, StrictUsers: cfg.StrictUsers})
+	routes = append(routes, portsRoute, p.tunls.Route())
 	if p.main, err = server.New(server.Options{Logger: log, Token: p.token, Routes: routes}); err != nil {
 		p.cleanup()
 		return nil, fmt.Errorf("build routes: %w", err)
@@ -315,7 +318,7 @@ func serve(ctx context.Context, lns []listener, log *slog.Logger) *serving {
 // shutdown stops envd in order, graceful then hard:
 //  1. stop accepting: close every listener; requests in flight go on;
 //  2. stop package operations (their installers are killed), port
-//     forwards, code
+//     forwards and tunnels, code
 //     execution and every child, TERM then KILL after ShutdownGrace;
 //     process streams then deliver their output and end;
 //  3. stop the watchers;
@@ -343,6 +346,7 @@ func (p *parts) shutdown(s *serving) error {
 
 	closePackages(p.pkgs, log)
 	p.ports.stop()
+	p.tunls.Close()
 	p.stopChildren()
 	p.files.Close()
 

@@ -3,7 +3,6 @@ package ports
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
+
+	"github.com/envd-dev/envd/internal/relay"
 )
 
 // forwarder owns the forwards: one listener per external address and port,
@@ -252,26 +253,5 @@ func (fw *forward) serve(c net.Conn) {
 		return
 	}
 	defer fw.untrack(up)
-	proxy(c.(*net.TCPConn), up.(*net.TCPConn))
-}
-
-// proxy copies a to b and b to a until both directions end. The end of
-// one direction (EOF) is passed on as a half-close, so a peer that shuts
-// down its writing side still gets its answer; an error (a reset) ends
-// both.
-func proxy(a, b *net.TCPConn) {
-	var wg sync.WaitGroup
-	one := func(dst, src *net.TCPConn) {
-		defer wg.Done()
-		if _, err := io.Copy(dst, src); err != nil {
-			a.Close()
-			b.Close()
-			return
-		}
-		dst.CloseWrite()
-	}
-	wg.Add(2)
-	go one(a, b)
-	one(b, a)
-	wg.Wait()
+	relay.Both(c, up)
 }
