@@ -259,7 +259,7 @@ func (c *Context) setup(ctx context.Context, ks *kernelState) error {
 			return nil
 		}
 		err := c.silent(ctx, ks, strings.Join(lines, "\n"))
-		if err == nil && fresh && c.code == "javascript" {
+		if err == nil && fresh && isJS(c.code) {
 			// Before any user code: what it completes now is its own.
 			if berr := c.jsBaseline(ctx, ks); berr != nil {
 				err = fmt.Errorf("list the kernel's globals: %w", berr)

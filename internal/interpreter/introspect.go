@@ -160,7 +160,7 @@ func completion(c *Context, code string, cursor int, rep *jupyter.CompleteReply)
 	if out.Matches == nil {
 		out.Matches = []string{}
 	}
-	if c.code == "javascript" && out.CursorStart == cursor && out.CursorEnd == cursor {
+	if isJS(c.code) && out.CursorStart == cursor && out.CursorEnd == cursor {
 		// Deno's kernel answers a bare name with every global, to be
 		// inserted at the cursor: keep those that complete the name, and
 		// replace it.
@@ -230,8 +230,9 @@ func (e *Engine) Inspect(ctx context.Context, contextID, code string, cursor, de
 }
 
 // ansi matches ANSI escape sequences: CSI (colours, cursor moves), OSC
-// (ended by BEL or ST) and two-character escapes.
-var ansi = regexp.MustCompile(`\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])`)
+// (ended by BEL or ST), character set designations and two-character
+// escapes.
+var ansi = regexp.MustCompile(`\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[()*+][0-9A-Za-z]|[@-Z\\-_])`)
 
 // StripANSI removes ANSI escape sequences from s.
 func StripANSI(s string) string {
@@ -252,7 +253,7 @@ func (e *Engine) Variables(ctx context.Context, contextID string) (*Variables, e
 		return nil, err
 	}
 	switch c.code {
-	case "python", "javascript", "r":
+	case "python", "javascript", "typescript", "r":
 	case "bash":
 		if c.kernelName != bashKernel {
 			return nil, newErr(ErrNotSupported, nil, "%s: listing variables in bash needs envd's bash kernel, "+

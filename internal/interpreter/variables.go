@@ -60,7 +60,7 @@ func (c *Context) variables(ctx context.Context, ks *kernelState) (*Variables, e
 		err = c.expressionVariables(ctx, ks, fmt.Sprintf("__envd_variables(%d, %d)", MaxVariables, MaxReprLen), &raw)
 	case "bash":
 		err = c.expressionVariables(ctx, ks, "envd:variables", &raw)
-	case "javascript":
+	case "javascript", "typescript":
 		err = c.jsVariables(ctx, ks, &raw)
 	case "r":
 		err = c.printedVariables(ctx, ks, rVariables, jupyter.ExecuteOptions{NoHistory: true}, &raw)
@@ -183,6 +183,10 @@ func (c *Context) jsVariables(ctx context.Context, ks *kernelState, out *rawVari
 	return nil
 }
 
+// isJS reports whether code (a context's setup language) runs on a
+// JavaScript kernel (Deno's).
+func isJS(code string) bool { return code == "javascript" || code == "typescript" }
+
 // jsIdent reports whether s can be evaluated as a bare name.
 func jsIdent(s string) bool {
 	for i, r := range s {
@@ -247,7 +251,9 @@ var rVariables = `local({
     d <- list(name = n, type = class(v)[1])
     r <- tryCatch(paste(utils::capture.output(utils::str(v, max.level = 1, vec.len = 3, list.len = 5,
       give.attr = FALSE, nchar.max = ` + fmt.Sprint(MaxReprLen) + `)), collapse = " "), error = function(e) "<str failed>")
-    d$repr <- substr(gsub("\\s+", " ", trimws(r)), 1, ` + fmt.Sprint(MaxReprLen) + `)
+    r <- gsub("\\s+", " ", trimws(r))
+    if (nchar(r) > ` + fmt.Sprint(MaxReprLen) + `) r <- paste0(substr(r, 1, ` + fmt.Sprint(MaxReprLen-3) + `), "...")
+    d$repr <- r
     dm <- dim(v)
     if (!is.null(dm)) d$shape <- as.list(dm) else if (is.vector(v) || is.list(v)) d$len <- length(v)
     if (is.atomic(v)) d$dtype <- typeof(v)
