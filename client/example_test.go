@@ -256,8 +256,8 @@ func ExampleClient_ListVariables() {
 	fmt.Println(in.Found, strings.Contains(in.Text, "envd"))
 	// Output:
 	// name str len=4 'envd'
-	// rows list len=1000000 [0, 1, 2, 3, 4, 5,
-	// [rows] 4 6
+	// rows list len=1000000 [0, 1, 2, 3, 4, 5, 6,
+	// [rows] 4 7
 	// true true
 }
 
