@@ -2,6 +2,7 @@ package interpreter_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -310,46 +311,78 @@ func waitFileCode(path string) string {
 
 func pyString(s string) string { return "r'" + s + "'" }
 
+// busyCode is code of each language that prints "start", waits for the
+// file at path, then sets set_while_busy.
+func busyCode(lang, path string) string {
+	switch lang {
+	case "javascript", "typescript":
+		return `console.log("start"); while (true) { try { Deno.statSync(` + jsonString(path) + `); break; } ` +
+			`catch { await new Promise((r) => setTimeout(r, 10)); } } var set_while_busy = 1;`
+	case "r":
+		return "cat('start\\n')\nwhile (!file.exists(" + jsonString(path) + ")) Sys.sleep(0.01)\nset_while_busy <- 1"
+	case "bash":
+		return "echo start; while [ ! -e '" + path + "' ]; do sleep 0.01; done; set_while_busy=1"
+	}
+	return waitFileCode(path)
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
 // A query on a busy context waits its turn; one whose wait ends first
-// answers ErrBusy; neither disturbs the running code.
+// answers ErrBusy; neither disturbs the running code. In each language.
 func TestVariablesBusyContext(t *testing.T) {
 	t.Parallel()
-	c := newContext(t, "python", "")
-	release := filepath.Join(t.TempDir(), "release")
-	x, rd, err := shared.eng.Execute(queryCtx(t), interpreter.ExecuteRequest{Code: waitFileCode(release), ContextID: c.ID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	readUntil(t, rd, isKind(interpreter.EventStdout))
+	for _, tc := range introspectCases {
+		t.Run(tc.lang, func(t *testing.T) {
+			t.Parallel()
+			c := newContext(t, tc.lang, "")
+			release := filepath.Join(t.TempDir(), "release")
+			x, rd, err := shared.eng.Execute(queryCtx(t), interpreter.ExecuteRequest{Code: busyCode(tc.lang, release), ContextID: c.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			readUntil(t, rd, isKind(interpreter.EventStdout))
 
-	short, cancel := context.WithTimeout(queryCtx(t), 200*time.Millisecond)
-	_, err = shared.eng.Variables(short, c.ID)
-	cancel()
-	if !errors.Is(err, interpreter.ErrBusy) || !strings.Contains(err.Error(), x.ID) {
-		t.Fatalf("busy: %v", err)
-	}
-	type answer struct {
-		vars *interpreter.Variables
-		err  error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		v, err := shared.eng.Variables(queryCtx(t), c.ID)
-		done <- answer{v, err}
-	}()
-	if err := os.WriteFile(release, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	a := <-done
-	if a.err != nil {
-		t.Fatal(a.err)
-	}
-	if !slices.ContainsFunc(a.vars.Variables, func(v interpreter.Variable) bool { return v.Name == "set_while_busy" }) {
-		t.Errorf("the query did not wait for the code: %+v", a.vars.Variables)
-	}
-	evs := collect(t, rd)
-	if end := endOf(evs); end.Reason != interpreter.EndOK {
-		t.Errorf("the running code ended %+v", end)
+			short, cancel := context.WithTimeout(queryCtx(t), 200*time.Millisecond)
+			_, err = shared.eng.Variables(short, c.ID)
+			cancel()
+			if !errors.Is(err, interpreter.ErrBusy) || !strings.Contains(err.Error(), x.ID) {
+				t.Fatalf("busy: %v", err)
+			}
+			short, cancel = context.WithTimeout(queryCtx(t), 200*time.Millisecond)
+			_, err = shared.eng.Complete(short, c.ID, "x", interpreter.CursorEnd)
+			cancel()
+			if !errors.Is(err, interpreter.ErrBusy) {
+				t.Fatalf("busy completion: %v", err)
+			}
+
+			type answer struct {
+				vars *interpreter.Variables
+				err  error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				v, err := shared.eng.Variables(queryCtx(t), c.ID)
+				done <- answer{v, err}
+			}()
+			if err := os.WriteFile(release, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			a := <-done
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			if !slices.ContainsFunc(a.vars.Variables, func(v interpreter.Variable) bool { return v.Name == "set_while_busy" }) {
+				t.Errorf("the query did not wait for the code: %+v", a.vars.Variables)
+			}
+			evs := collect(t, rd)
+			if end := endOf(evs); end.Reason != interpreter.EndOK {
+				t.Errorf("the running code ended %+v", end)
+			}
+		})
 	}
 }
 
@@ -392,19 +425,31 @@ func TestVariablesSilentToOthers(t *testing.T) {
 // answers ErrKernelUnavailable.
 func TestIntrospectDeadKernel(t *testing.T) {
 	t.Parallel()
-	t.Run("died before", func(t *testing.T) {
-		t.Parallel()
-		c := newContext(t, "python", "")
-		run(t, c.ID, "lost = 1").mustOK(t)
-		r := run(t, c.ID, "import os\nos._exit(1)")
-		if e := r.lastError(); e == nil || e.Name != "ContextRestarting" {
-			t.Fatalf("errors %+v", r.errors)
-		}
-		vars, err := shared.eng.Variables(queryCtx(t), c.ID)
-		if err != nil || len(vars.Variables) != 0 {
-			t.Fatalf("after the death: %+v, %v", vars, err)
-		}
-	})
+	die := map[string]string{
+		"python":     "import os\nos._exit(1)",
+		"javascript": "Deno.exit(1)",
+		"typescript": "Deno.exit(1)",
+		"r":          "tools::pskill(Sys.getpid(), 9)",
+		"bash":       "kill -9 $PPID",
+	}
+	for _, tc := range introspectCases {
+		t.Run("died before/"+tc.lang, func(t *testing.T) {
+			t.Parallel()
+			c := newContext(t, tc.lang, "")
+			run(t, c.ID, tc.define).mustOK(t)
+			r := run(t, c.ID, die[tc.lang])
+			if e := r.lastError(); e == nil || e.Name != "ContextRestarting" {
+				t.Fatalf("errors %+v", r.errors)
+			}
+			vars, err := shared.eng.Variables(queryCtx(t), c.ID)
+			if err != nil || len(vars.Variables) != 0 {
+				t.Fatalf("after the death: %+v, %v", vars, err)
+			}
+			if _, err := shared.eng.Complete(queryCtx(t), c.ID, tc.complete, interpreter.CursorEnd); err != nil {
+				t.Errorf("completion after the death: %v", err)
+			}
+		})
+	}
 	t.Run("died during", func(t *testing.T) {
 		t.Parallel()
 		c := newContext(t, "python", "")
