@@ -243,7 +243,7 @@ func StripANSI(s string) string {
 }
 
 // Variables lists the context's variables: at most MaxVariables, sorted by
-// name, without hidden ones (per language: see variablesQuery). The query
+// name, without hidden ones (per language: see variables.go). The query
 // runs silently: no execution count, no history, nothing other clients
 // see. Errors as Complete's, and ErrNotSupported for a language envd has
 // no query for (Java, kernelspecs envd does not know).
