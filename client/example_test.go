@@ -214,6 +214,53 @@ func ExampleClient_Execute() {
 	// error: IndexError: list index out of range
 }
 
+func ExampleClient_ListVariables() {
+	ctx := context.Background()
+	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR")})
+	defer c.Close()
+
+	cc, err := c.CreateContext(ctx, client.ContextOptions{Language: "python"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.RemoveContext(ctx, cc.ID)
+	run, err := c.Execute(ctx, "import os\nrows = list(range(10**6))\nname = 'envd'", client.ExecOptions{ContextID: cc.ID})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := run.Wait(); err != nil {
+		log.Fatal(err)
+	}
+
+	// The variables (modules and _names left out), without running
+	// anything the context records.
+	vars, err := c.ListVariables(ctx, cc.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, v := range vars.Variables {
+		fmt.Printf("%s %s len=%d %.21s\n", v.Name, v.Type, v.Len, v.Repr)
+	}
+
+	// Completion at a cursor (code points; CursorEnd: the end of the code).
+	comp, err := c.Complete(ctx, cc.ID, "len(row", client.CursorEnd)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(comp.Matches, comp.Start, comp.End)
+
+	in, err := c.Inspect(ctx, cc.ID, "name", client.CursorEnd, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(in.Found, strings.Contains(in.Text, "envd"))
+	// Output:
+	// name str len=4 'envd'
+	// rows list len=1000000 [0, 1, 2, 3, 4, 5, 6,
+	// [rows] 4 7
+	// true true
+}
+
 func ExampleExecution_Events() {
 	ctx := context.Background()
 	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR")})

@@ -101,10 +101,12 @@ func runExecCode(ctx context.Context, e *env, opts any, args []string) error {
 		return x.runOnce(ctx, string(b))
 	}
 	if in, ok := e.stdin.(*os.File); ok && term.IsTerminal(int(in.Fd())) && !o.json {
-		// Line editing and history when the prompt and the echo go to
-		// the same terminal.
+		// Line editing, history and Tab completion when the prompt and
+		// the echo go to the same terminal.
 		if out, ok := e.stdout.(*os.File); ok && term.IsTerminal(int(out.Fd())) {
-			return x.prompt(ctx, newTermLines(in, out))
+			tl := newTermLines(in, out)
+			tl.complete = x.completer(ctx)
+			return x.prompt(ctx, tl)
 		}
 		return x.prompt(ctx, newPlainLines(e.stdin, e.stdout))
 	}
@@ -359,6 +361,9 @@ func readBlock(lines lineReader) (string, error) {
 	var b strings.Builder
 	prompt := ">>> "
 	for {
+		if bl, ok := lines.(blockLines); ok {
+			bl.setPending(b.String())
+		}
 		line, err := lines.readLine(prompt)
 		if err != nil {
 			if errors.Is(err, io.EOF) && b.Len() > 0 {

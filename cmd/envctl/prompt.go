@@ -20,6 +20,12 @@ type lineReader interface {
 	readLine(prompt string) (string, error)
 }
 
+// blockLines is a lineReader that wants the lines of the block typed so
+// far before it reads the next one (for completion).
+type blockLines interface {
+	setPending(string)
+}
+
 // errInterrupted is Ctrl-C at the prompt.
 var errInterrupted = errors.New("interrupted")
 
@@ -45,7 +51,7 @@ func (p *plainLines) readLine(prompt string) (string, error) {
 
 // termLines reads lines with editing (arrows, Home/End, Ctrl-A/E/K/U/W)
 // and history (Up/Down, kept for the session) through
-// golang.org/x/term's Terminal. The terminal is raw only while a line is
+// golang.org/x/term's Terminal, and Tab completion (complete.go). The terminal is raw only while a line is
 // read: while code runs, Ctrl-C is SIGINT and interrupts it, and output
 // gets the terminal's own newline handling.
 type termLines struct {
@@ -53,6 +59,10 @@ type termLines struct {
 	t       *term.Terminal
 	keys    *ctrlCReader
 	hist    *history
+	// complete answers Tab (see complete.go); nil: Tab does nothing.
+	complete completeFunc
+	// pending is the block's lines before the one being read.
+	pending string
 }
 
 func newTermLines(in, out *os.File) *termLines {
@@ -63,7 +73,9 @@ func newTermLines(in, out *os.File) *termLines {
 		io.Writer
 	}{keys, out}, "")
 	t.History = hist
-	return &termLines{in: in, out: out, t: t, keys: keys, hist: hist}
+	l := &termLines{in: in, out: out, t: t, keys: keys, hist: hist}
+	t.AutoCompleteCallback = l.autoComplete
+	return l
 }
 
 func (l *termLines) readLine(prompt string) (string, error) {

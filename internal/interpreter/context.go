@@ -69,6 +69,9 @@ type kernelState struct {
 	lossReported bool
 	// warm: the kernel came from the pool of prestarted kernels.
 	warm bool
+	// baseline: the globals a JavaScript kernel completed right after its
+	// setup (its builtins), which are not the user's variables.
+	baseline map[string]bool
 }
 
 // usable reports whether the kernel can still run code; when false the
@@ -256,6 +259,12 @@ func (c *Context) setup(ctx context.Context, ks *kernelState) error {
 			return nil
 		}
 		err := c.silent(ctx, ks, strings.Join(lines, "\n"))
+		if err == nil && fresh && isJS(c.code) {
+			// Before any user code: what it completes now is its own.
+			if berr := c.jsBaseline(ctx, ks); berr != nil {
+				err = fmt.Errorf("list the kernel's globals: %w", berr)
+			}
+		}
 		if err == nil {
 			ks.setupRestarts, ks.globalEnv = restarts, env
 			return nil

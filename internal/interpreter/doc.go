@@ -44,6 +44,13 @@
 // interrupted, and only a kernel that does not stop within
 // Options.InterruptGrace is restarted, as a last resort that says so.
 //
+// Complete, Inspect and Variables introspect a context (introspect.go,
+// variables.go): Jupyter's complete_request and inspect_request, and a
+// silent per-language query of its variables. They take the context's
+// turn as an execution does (so a busy context makes them wait, bounded by
+// their ctx, then ErrBusy), and never start a kernel
+// (ErrKernelUnavailable).
+//
 // Errors match one of the Err* kinds with errors.Is; each adapter maps them
 // in one function. Shutdown is graceful, then hard: every execution's end
 // is published, its readers get a grace to deliver it, then the kernel

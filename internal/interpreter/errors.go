@@ -32,6 +32,19 @@ var (
 	// (Jupyter not up yet, a kernel still starting); the message names the
 	// phase of the context's creation it was in.
 	ErrNotReady = errors.New("code execution is not ready")
+	// ErrBadQuery: an introspection request is malformed (empty code, a
+	// cursor out of the code, a bad detail level).
+	ErrBadQuery = errors.New("bad introspection request")
+	// ErrBusy: an introspection query's wait for a context running code
+	// ended before its turn came (or the kernel did not answer in time).
+	ErrBusy = errors.New("context busy")
+	// ErrKernelUnavailable: the context has no usable kernel for an
+	// introspection query (not started yet, gone, or it died during the
+	// query); the message says which.
+	ErrKernelUnavailable = errors.New("kernel unavailable")
+	// ErrNotSupported: envd cannot answer this query in the context's
+	// language.
+	ErrNotSupported = errors.New("not supported")
 	// ErrClosed: the engine is shutting down.
 	ErrClosed = errors.New("code execution engine stopped")
 )

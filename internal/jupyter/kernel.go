@@ -2,6 +2,7 @@ package jupyter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -208,6 +209,11 @@ type ExecuteOptions struct {
 	// history or bumping the execution count: internal code that must
 	// print (IRkernel discards every output of a silent request).
 	NoHistory bool
+	// UserExpressions are evaluated by the kernel after the code, in its
+	// namespace, and their values come back in the execute_reply (see
+	// ExecuteReplyContent.UserExpressions), never on iopub: ipykernel
+	// evaluates them, silent or not; most other kernels ignore them.
+	UserExpressions map[string]string
 }
 
 // Execute sends code to the kernel and returns at once; read the results
@@ -218,7 +224,7 @@ func (k *Kernel) Execute(ctx context.Context, code string, opts ExecuteOptions) 
 		"code":             code,
 		"silent":           opts.Silent,
 		"store_history":    !opts.Silent && !opts.NoHistory,
-		"user_expressions": map[string]any{},
+		"user_expressions": userExpressions(opts.UserExpressions),
 		"allow_stdin":      opts.AllowStdin,
 		"stop_on_error":    opts.StopOnError,
 	})
@@ -238,6 +244,13 @@ func (k *Kernel) Execute(ctx context.Context, code string, opts ExecuteOptions) 
 	return e, nil
 }
 
+func userExpressions(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
 // KernelInfo is the content of a kernel_info_reply.
 type KernelInfo struct {
 	Status                string `json:"status"`
@@ -255,28 +268,95 @@ type KernelInfo struct {
 
 // KernelInfo asks the kernel for its kernel_info_reply.
 func (k *Kernel) KernelInfo(ctx context.Context) (*KernelInfo, error) {
-	msg, err := newMessage(ChannelShell, "kernel_info_request", k.session, struct{}{})
-	if err != nil {
+	var info KernelInfo
+	if err := k.ask(ctx, "kernel_info_request", struct{}{}, &info); err != nil {
 		return nil, err
+	}
+	return &info, nil
+}
+
+// ask sends a shell request and decodes its reply's content into out. It
+// waits until ctx ends: a kernel answers shell requests in order, so a
+// busy kernel answers after the code it runs (queue behind it yourself).
+// The kernel's restart or death while waiting is ErrKernelRestarted or
+// ErrKernelDied.
+func (k *Kernel) ask(ctx context.Context, msgType string, content, out any) error {
+	msg, err := newMessage(ChannelShell, msgType, k.session, content)
+	if err != nil {
+		return err
 	}
 	w := newReplyWaiter(false)
 	if err := k.send(ctx, msg, w); err != nil {
-		return nil, err
+		return err
 	}
 	defer k.remove(msg.Header.MsgID)
 	select {
 	case err := <-w.result:
 		if err != nil {
-			return nil, err
+			return err
 		}
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	var info KernelInfo
-	if err := w.reply().DecodeContent(&info); err != nil {
+	return w.reply().DecodeContent(out)
+}
+
+// CompleteReply is the content of a complete_reply. Positions count
+// Unicode code points, as the request's cursor does.
+type CompleteReply struct {
+	Status      string   `json:"status"`
+	Matches     []string `json:"matches"`
+	CursorStart int      `json:"cursor_start"`
+	CursorEnd   int      `json:"cursor_end"`
+	Metadata    struct {
+		// Types is IPython's experimental per-match detail (type and
+		// signature), when the kernel gives it.
+		Types []CompletionType `json:"_jupyter_types_experimental"`
+	} `json:"metadata"`
+	ErrorContent
+}
+
+// CompletionType is one entry of IPython's _jupyter_types_experimental.
+type CompletionType struct {
+	Start     int    `json:"start"`
+	End       int    `json:"end"`
+	Text      string `json:"text"`
+	Type      string `json:"type"`
+	Signature string `json:"signature"`
+}
+
+// Complete sends a complete_request for code with the cursor at
+// cursorPos (in Unicode code points) and returns the reply. See ask for
+// how it waits.
+func (k *Kernel) Complete(ctx context.Context, code string, cursorPos int) (*CompleteReply, error) {
+	var rep CompleteReply
+	err := k.ask(ctx, "complete_request", map[string]any{"code": code, "cursor_pos": cursorPos}, &rep)
+	if err != nil {
 		return nil, err
 	}
-	return &info, nil
+	return &rep, nil
+}
+
+// InspectReply is the content of an inspect_reply: Data is a MIME bundle
+// kept raw.
+type InspectReply struct {
+	Status   string                     `json:"status"`
+	Found    bool                       `json:"found"`
+	Data     map[string]json.RawMessage `json:"data"`
+	Metadata json.RawMessage            `json:"metadata"`
+	ErrorContent
+}
+
+// Inspect sends an inspect_request for code with the cursor at cursorPos
+// (in Unicode code points); detailLevel is 0 or 1 (more detail, e.g.
+// IPython's source). See ask for how it waits.
+func (k *Kernel) Inspect(ctx context.Context, code string, cursorPos, detailLevel int) (*InspectReply, error) {
+	var rep InspectReply
+	err := k.ask(ctx, "inspect_request", map[string]any{"code": code, "cursor_pos": cursorPos, "detail_level": detailLevel}, &rep)
+	if err != nil {
+		return nil, err
+	}
+	return &rep, nil
 }
 
 // Interrupt interrupts the running execution through the REST API.

@@ -325,6 +325,54 @@ func TestKernelInfo(t *testing.T) {
 	}
 }
 
+// Complete and Inspect send their shell requests and decode the replies;
+// user expressions come back in the execute_reply, and a silent request
+// leaves the execution count alone.
+func TestCompleteInspect(t *testing.T) {
+	t.Parallel()
+	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{})
+	ctx := testutil.Context(t, execTimeout)
+	mustOK(t, execute(t, k, "héllo_world = 41"))
+	comp, err := k.Complete(ctx, "é; héllo_w", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if comp.Status != "ok" || len(comp.Matches) != 1 || comp.Matches[0] != "héllo_world" || comp.CursorStart != 3 || comp.CursorEnd != 10 {
+		t.Errorf("complete = %+v", comp)
+	}
+	if len(comp.Metadata.Types) != 1 || comp.Metadata.Types[0].Type != "instance" {
+		t.Errorf("types = %+v", comp.Metadata.Types)
+	}
+	in, err := k.Inspect(ctx, "héllo_world", 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.Found || !strings.Contains(string(in.Data["text/plain"]), "41") {
+		t.Errorf("inspect = %+v", in)
+	}
+	x, err := k.Execute(ctx, "", jupyter.ExecuteOptions{Silent: true, UserExpressions: map[string]string{"v": "héllo_world + 1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustOK(t, collect(t, ctx, x))
+	var rep jupyter.ExecuteReplyContent
+	for _, m := range r.msgs {
+		if m.Type() == "execute_reply" {
+			mustDecode(t, m, &rep)
+		}
+	}
+	var v struct {
+		Status string            `json:"status"`
+		Data   map[string]string `json:"data"`
+	}
+	if err := json.Unmarshal(rep.UserExpressions["v"], &v); err != nil || v.Status != "ok" || v.Data["text/plain"] != "42" {
+		t.Errorf("user expression = %s (%v)", rep.UserExpressions["v"], err)
+	}
+	if c := mustOK(t, execute(t, k, "1")).count; c != 2 {
+		t.Errorf("execution count %d after a silent request, want 2", c)
+	}
+}
+
 func TestDeletedKernel(t *testing.T) {
 	t.Parallel()
 	ctx := testutil.Context(t, kernelTimeout)

@@ -108,6 +108,10 @@ type ExecuteInputContent struct {
 type ExecuteReplyContent struct {
 	Status         string `json:"status"`
 	ExecutionCount int    `json:"execution_count"`
+	// UserExpressions maps each requested expression's name to its result:
+	// {"status": "ok", "data": {MIME: value}, "metadata": {}} or an error
+	// content with "status": "error".
+	UserExpressions map[string]json.RawMessage `json:"user_expressions,omitempty"`
 	ErrorContent
 }
 

@@ -117,6 +117,12 @@ func (s *Service) toConnectErr(ctx context.Context, err error) error {
 	case errors.Is(err, interpreter.ErrUnsupportedLanguage), errors.Is(err, interpreter.ErrBadCwd),
 		errors.Is(err, interpreter.ErrBadEnv):
 		code = connect.CodeInvalidArgument
+	case errors.Is(err, interpreter.ErrBadQuery):
+		code = connect.CodeInvalidArgument
+	case errors.Is(err, interpreter.ErrBusy), errors.Is(err, interpreter.ErrKernelUnavailable):
+		code = connect.CodeUnavailable
+	case errors.Is(err, interpreter.ErrNotSupported):
+		code = connect.CodeUnimplemented
 	case errors.Is(err, interpreter.ErrOutOfRange):
 		code = connect.CodeOutOfRange
 	case errors.Is(err, interpreter.ErrNotReady):

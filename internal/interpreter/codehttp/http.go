@@ -3,7 +3,8 @@
 // POST /execute streaming NDJSON (wire.go: ASCII-only lines, as the JS SDK
 // needs), GET/POST /contexts, DELETE /contexts/{id}, POST
 // /contexts/{id}/restart, the code port's GET /health, and envd's own GET
-// /languages (what this sandbox can run; E2B's server has no such route). It uses only
+// /languages (what this sandbox can run; E2B's server has no such route)
+// and introspection routes (introspect.go). It uses only
 // the engine's exported API, and is the only place where engine errors
 // become HTTP statuses (writeErr).
 package codehttp
@@ -34,6 +35,7 @@ type API struct {
 	log       *slog.Logger
 	keepalive time.Duration
 	readyWait time.Duration
+	queryWait time.Duration
 	clock     quartz.Clock
 }
 
@@ -48,6 +50,10 @@ type Options struct {
 	// language's first kernel) before answering 503. Zero:
 	// interpreter.ReadyWait.
 	ReadyWait time.Duration
+	// QueryWait bounds how long an introspection request waits for a
+	// context busy running code before answering 409. Zero:
+	// interpreter.QueryWait.
+	QueryWait time.Duration
 	// Clock drives the keepalives. Zero: the real clock.
 	Clock quartz.Clock
 }
@@ -64,10 +70,14 @@ func New(eng *interpreter.Engine, opts Options) *API {
 	if opts.ReadyWait <= 0 {
 		opts.ReadyWait = interpreter.ReadyWait
 	}
+	if opts.QueryWait <= 0 {
+		opts.QueryWait = interpreter.QueryWait
+	}
 	if opts.Clock == nil {
 		opts.Clock = quartz.NewReal()
 	}
-	return &API{eng: eng, log: opts.Logger, keepalive: opts.Keepalive, readyWait: opts.ReadyWait, clock: opts.Clock}
+	return &API{eng: eng, log: opts.Logger, keepalive: opts.Keepalive, readyWait: opts.ReadyWait, queryWait: opts.QueryWait,
+		clock: opts.Clock}
 }
 
 // Routes returns the API's routes, GET /health excepted: on envd's main
@@ -80,6 +90,9 @@ func (h *API) Routes() []server.Route {
 		{Pattern: "DELETE /contexts/{id}", Handler: h.withEngine(h.removeContext)},
 		{Pattern: "POST /contexts/{id}/restart", Handler: h.withEngine(h.restartContext)},
 		{Pattern: "GET /languages", Handler: h.withEngine(h.listLanguages)},
+		{Pattern: "POST /contexts/{id}/complete", Handler: h.withEngine(h.complete)},
+		{Pattern: "POST /contexts/{id}/inspect", Handler: h.withEngine(h.inspect)},
+		{Pattern: "GET /contexts/{id}/variables", Handler: h.withEngine(h.variables)},
 	}
 }
 
@@ -312,7 +325,14 @@ func (h *API) writeErr(w http.ResponseWriter, r *http.Request, err error, id, wh
 	case errors.Is(err, interpreter.ErrUnsupportedLanguage), errors.Is(err, interpreter.ErrBadCwd),
 		errors.Is(err, interpreter.ErrBadEnv):
 		writeReason(w, r, http.StatusBadRequest, err.Error())
-	case errors.Is(err, interpreter.ErrNotReady), errors.Is(err, interpreter.ErrClosed):
+	case errors.Is(err, interpreter.ErrBadQuery):
+		writeReason(w, r, http.StatusBadRequest, err.Error())
+	case errors.Is(err, interpreter.ErrBusy):
+		writeReason(w, r, http.StatusConflict, err.Error())
+	case errors.Is(err, interpreter.ErrNotSupported):
+		writeReason(w, r, http.StatusNotImplemented, err.Error())
+	case errors.Is(err, interpreter.ErrNotReady), errors.Is(err, interpreter.ErrClosed),
+		errors.Is(err, interpreter.ErrKernelUnavailable):
 		writeReason(w, r, http.StatusServiceUnavailable, err.Error())
 	default:
 		h.log.Warn("code request failed", "op", what, "error", err)

@@ -1654,6 +1654,539 @@ func (x *Language) GetDefaultContextRunning() bool {
 	return false
 }
 
+type CompleteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// context_id is the context; empty means the default Python context.
+	ContextId string `protobuf:"bytes,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	// code must not be empty.
+	Code string `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
+	// cursor_pos counts Unicode code points from the start of code, as
+	// Jupyter's do (not bytes, not UTF-16 units); unset means the end of code.
+	CursorPos     *uint32 `protobuf:"varint,3,opt,name=cursor_pos,json=cursorPos,proto3,oneof" json:"cursor_pos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteRequest) Reset() {
+	*x = CompleteRequest{}
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteRequest) ProtoMessage() {}
+
+func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
+func (*CompleteRequest) Descriptor() ([]byte, []int) {
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CompleteRequest) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetCursorPos() uint32 {
+	if x != nil && x.CursorPos != nil {
+		return *x.CursorPos
+	}
+	return 0
+}
+
+type CompleteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// matches replace the code from cursor_start to cursor_end (code points).
+	Matches     []string `protobuf:"bytes,1,rep,name=matches,proto3" json:"matches,omitempty"`
+	CursorStart uint32   `protobuf:"varint,2,opt,name=cursor_start,json=cursorStart,proto3" json:"cursor_start,omitempty"`
+	CursorEnd   uint32   `protobuf:"varint,3,opt,name=cursor_end,json=cursorEnd,proto3" json:"cursor_end,omitempty"`
+	// types describe the matches when the kernel tells (IPython does).
+	Types         []*CompletionType `protobuf:"bytes,4,rep,name=types,proto3" json:"types,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteResponse) Reset() {
+	*x = CompleteResponse{}
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteResponse) ProtoMessage() {}
+
+func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
+func (*CompleteResponse) Descriptor() ([]byte, []int) {
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *CompleteResponse) GetMatches() []string {
+	if x != nil {
+		return x.Matches
+	}
+	return nil
+}
+
+func (x *CompleteResponse) GetCursorStart() uint32 {
+	if x != nil {
+		return x.CursorStart
+	}
+	return 0
+}
+
+func (x *CompleteResponse) GetCursorEnd() uint32 {
+	if x != nil {
+		return x.CursorEnd
+	}
+	return 0
+}
+
+func (x *CompleteResponse) GetTypes() []*CompletionType {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
+type CompletionType struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// text is the match described.
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// type is the kernel's kind: function, instance, module, keyword...
+	Type          string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Signature     string `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompletionType) Reset() {
+	*x = CompletionType{}
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompletionType) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompletionType) ProtoMessage() {}
+
+func (x *CompletionType) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompletionType.ProtoReflect.Descriptor instead.
+func (*CompletionType) Descriptor() ([]byte, []int) {
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CompletionType) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *CompletionType) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *CompletionType) GetSignature() string {
+	if x != nil {
+		return x.Signature
+	}
+	return ""
+}
+
+type InspectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// context_id is the context; empty means the default Python context.
+	ContextId string `protobuf:"bytes,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	// code must not be empty.
+	Code string `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
+	// cursor_pos counts Unicode code points; unset means the end of code.
+	CursorPos *uint32 `protobuf:"varint,3,opt,name=cursor_pos,json=cursorPos,proto3,oneof" json:"cursor_pos,omitempty"`
+	// detail_level 1 asks for more (IPython: the source); 0 or 1.
+	DetailLevel   uint32 `protobuf:"varint,4,opt,name=detail_level,json=detailLevel,proto3" json:"detail_level,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectRequest) Reset() {
+	*x = InspectRequest{}
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectRequest) ProtoMessage() {}
+
+func (x *InspectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
+func (*InspectRequest) Descriptor() ([]byte, []int) {
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *InspectRequest) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+func (x *InspectRequest) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *InspectRequest) GetCursorPos() uint32 {
+	if x != nil && x.CursorPos != nil {
+		return *x.CursorPos
+	}
+	return 0
+}
+
+func (x *InspectRequest) GetDetailLevel() uint32 {
+	if x != nil {
+		return x.DetailLevel
+	}
+	return 0
+}
+
+type InspectResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// found is false when the kernel knows nothing there (Deno's never does).
+	Found bool `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	// text is the text/plain form, ANSI escape sequences removed.
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// data maps each MIME type the kernel gave to its value as raw JSON,
+	// unchanged (text/plain with its escapes).
+	Data          map[string][]byte `protobuf:"bytes,3,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectResponse) Reset() {
+	*x = InspectResponse{}
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectResponse) ProtoMessage() {}
+
+func (x *InspectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
+func (*InspectResponse) Descriptor() ([]byte, []int) {
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *InspectResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *InspectResponse) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetData() map[string][]byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ListVariablesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// context_id is the context; empty means the default Python context.
+	ContextId     string `protobuf:"bytes,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVariablesRequest) Reset() {
+	*x = ListVariablesRequest{}
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVariablesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVariablesRequest) ProtoMessage() {}
+
+func (x *ListVariablesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVariablesRequest.ProtoReflect.Descriptor instead.
+func (*ListVariablesRequest) Descriptor() ([]byte, []int) {
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListVariablesRequest) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+type ListVariablesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// variables are sorted by name, at most 1000 of them.
+	Variables []*Variable `protobuf:"bytes,1,rep,name=variables,proto3" json:"variables,omitempty"`
+	// total counts the variables found, more than listed when truncated.
+	Total         uint32 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	Truncated     bool   `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVariablesResponse) Reset() {
+	*x = ListVariablesResponse{}
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVariablesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVariablesResponse) ProtoMessage() {}
+
+func (x *ListVariablesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVariablesResponse.ProtoReflect.Descriptor instead.
+func (*ListVariablesResponse) Descriptor() ([]byte, []int) {
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListVariablesResponse) GetVariables() []*Variable {
+	if x != nil {
+		return x.Variables
+	}
+	return nil
+}
+
+func (x *ListVariablesResponse) GetTotal() uint32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ListVariablesResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// Variable is one variable of a context. Hidden names are left out: those
+// starting with an underscore (a dot in R), modules, the kernel's and envd's
+// own names; bash lists the shell variables the user set (see the docs).
+type Variable struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// type is the language's: a Python class name, a JavaScript constructor
+	// name or typeof, an R class, bash's kind of variable.
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// repr is a short form of the value, at most 200 characters, cut with
+	// "..." (a big value's whole repr is not built where the language allows).
+	Repr string `protobuf:"bytes,3,opt,name=repr,proto3" json:"repr,omitempty"`
+	// len is a container's item count or a string's length, when cheap.
+	Len *uint64 `protobuf:"varint,4,opt,name=len,proto3,oneof" json:"len,omitempty"`
+	// shape is an array's or data frame's shape, when it has one.
+	Shape []uint64 `protobuf:"varint,5,rep,packed,name=shape,proto3" json:"shape,omitempty"`
+	// dtype is an array's element type (numpy's dtype, R's typeof).
+	Dtype         string `protobuf:"bytes,6,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Variable) Reset() {
+	*x = Variable{}
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Variable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Variable) ProtoMessage() {}
+
+func (x *Variable) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Variable.ProtoReflect.Descriptor instead.
+func (*Variable) Descriptor() ([]byte, []int) {
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *Variable) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Variable) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Variable) GetRepr() string {
+	if x != nil {
+		return x.Repr
+	}
+	return ""
+}
+
+func (x *Variable) GetLen() uint64 {
+	if x != nil && x.Len != nil {
+		return *x.Len
+	}
+	return 0
+}
+
+func (x *Variable) GetShape() []uint64 {
+	if x != nil {
+		return x.Shape
+	}
+	return nil
+}
+
+func (x *Variable) GetDtype() string {
+	if x != nil {
+		return x.Dtype
+	}
+	return ""
+}
+
 var File_envd_interpreter_v1_interpreter_proto protoreflect.FileDescriptor
 
 const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
@@ -1750,7 +2283,54 @@ const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
 	"\fdisplay_name\x18\x03 \x01(\tR\vdisplayName\x12\x18\n" +
 	"\aaliases\x18\x04 \x03(\tR\aaliases\x12,\n" +
 	"\x12default_context_id\x18\x05 \x01(\tR\x10defaultContextId\x126\n" +
-	"\x17default_context_running\x18\x06 \x01(\bR\x15defaultContextRunning*\xe5\x01\n" +
+	"\x17default_context_running\x18\x06 \x01(\bR\x15defaultContextRunning\"w\n" +
+	"\x0fCompleteRequest\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\tR\tcontextId\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\tR\x04code\x12\"\n" +
+	"\n" +
+	"cursor_pos\x18\x03 \x01(\rH\x00R\tcursorPos\x88\x01\x01B\r\n" +
+	"\v_cursor_pos\"\xa9\x01\n" +
+	"\x10CompleteResponse\x12\x18\n" +
+	"\amatches\x18\x01 \x03(\tR\amatches\x12!\n" +
+	"\fcursor_start\x18\x02 \x01(\rR\vcursorStart\x12\x1d\n" +
+	"\n" +
+	"cursor_end\x18\x03 \x01(\rR\tcursorEnd\x129\n" +
+	"\x05types\x18\x04 \x03(\v2#.envd.interpreter.v1.CompletionTypeR\x05types\"V\n" +
+	"\x0eCompletionType\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1c\n" +
+	"\tsignature\x18\x03 \x01(\tR\tsignature\"\x99\x01\n" +
+	"\x0eInspectRequest\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\tR\tcontextId\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\tR\x04code\x12\"\n" +
+	"\n" +
+	"cursor_pos\x18\x03 \x01(\rH\x00R\tcursorPos\x88\x01\x01\x12!\n" +
+	"\fdetail_level\x18\x04 \x01(\rR\vdetailLevelB\r\n" +
+	"\v_cursor_pos\"\xb8\x01\n" +
+	"\x0fInspectResponse\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12B\n" +
+	"\x04data\x18\x03 \x03(\v2..envd.interpreter.v1.InspectResponse.DataEntryR\x04data\x1a7\n" +
+	"\tDataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"5\n" +
+	"\x14ListVariablesRequest\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\tR\tcontextId\"\x88\x01\n" +
+	"\x15ListVariablesResponse\x12;\n" +
+	"\tvariables\x18\x01 \x03(\v2\x1d.envd.interpreter.v1.VariableR\tvariables\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\rR\x05total\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\x91\x01\n" +
+	"\bVariable\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
+	"\x04repr\x18\x03 \x01(\tR\x04repr\x12\x15\n" +
+	"\x03len\x18\x04 \x01(\x04H\x00R\x03len\x88\x01\x01\x12\x14\n" +
+	"\x05shape\x18\x05 \x03(\x04R\x05shape\x12\x14\n" +
+	"\x05dtype\x18\x06 \x01(\tR\x05dtypeB\x06\n" +
+	"\x04_len*\xe5\x01\n" +
 	"\tEndReason\x12\x1a\n" +
 	"\x16END_REASON_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rEND_REASON_OK\x10\x01\x12\x14\n" +
@@ -1765,7 +2345,7 @@ const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
 	"\x17NOTICE_KIND_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cNOTICE_KIND_KERNEL_RESTARTED\x10\x01\x12\x1f\n" +
 	"\x1bNOTICE_KIND_KERNEL_REPLACED\x10\x02\x12 \n" +
-	"\x1cNOTICE_KIND_PACKAGES_CHANGED\x10\x032\xc0\x06\n" +
+	"\x1cNOTICE_KIND_PACKAGES_CHANGED\x10\x032\xd7\b\n" +
 	"\x12InterpreterService\x12V\n" +
 	"\aExecute\x12#.envd.interpreter.v1.ExecuteRequest\x1a$.envd.interpreter.v1.ExecuteResponse0\x01\x12n\n" +
 	"\x0fAttachExecution\x12+.envd.interpreter.v1.AttachExecutionRequest\x1a,.envd.interpreter.v1.AttachExecutionResponse0\x01\x12Z\n" +
@@ -1774,7 +2354,10 @@ const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
 	"\fListContexts\x12(.envd.interpreter.v1.ListContextsRequest\x1a).envd.interpreter.v1.ListContextsResponse\x12i\n" +
 	"\x0eRestartContext\x12*.envd.interpreter.v1.RestartContextRequest\x1a+.envd.interpreter.v1.RestartContextResponse\x12f\n" +
 	"\rRemoveContext\x12).envd.interpreter.v1.RemoveContextRequest\x1a*.envd.interpreter.v1.RemoveContextResponse\x12f\n" +
-	"\rListLanguages\x12).envd.interpreter.v1.ListLanguagesRequest\x1a*.envd.interpreter.v1.ListLanguagesResponseB@Z>github.com/envd-dev/envd/gen/envd/interpreter/v1;interpreterv1b\x06proto3"
+	"\rListLanguages\x12).envd.interpreter.v1.ListLanguagesRequest\x1a*.envd.interpreter.v1.ListLanguagesResponse\x12W\n" +
+	"\bComplete\x12$.envd.interpreter.v1.CompleteRequest\x1a%.envd.interpreter.v1.CompleteResponse\x12T\n" +
+	"\aInspect\x12#.envd.interpreter.v1.InspectRequest\x1a$.envd.interpreter.v1.InspectResponse\x12f\n" +
+	"\rListVariables\x12).envd.interpreter.v1.ListVariablesRequest\x1a*.envd.interpreter.v1.ListVariablesResponseB@Z>github.com/envd-dev/envd/gen/envd/interpreter/v1;interpreterv1b\x06proto3"
 
 var (
 	file_envd_interpreter_v1_interpreter_proto_rawDescOnce sync.Once
@@ -1789,7 +2372,7 @@ func file_envd_interpreter_v1_interpreter_proto_rawDescGZIP() []byte {
 }
 
 var file_envd_interpreter_v1_interpreter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_envd_interpreter_v1_interpreter_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_envd_interpreter_v1_interpreter_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_envd_interpreter_v1_interpreter_proto_goTypes = []any{
 	(EndReason)(0),                  // 0: envd.interpreter.v1.EndReason
 	(NoticeKind)(0),                 // 1: envd.interpreter.v1.NoticeKind
@@ -1819,14 +2402,23 @@ var file_envd_interpreter_v1_interpreter_proto_goTypes = []any{
 	(*ListLanguagesRequest)(nil),    // 25: envd.interpreter.v1.ListLanguagesRequest
 	(*ListLanguagesResponse)(nil),   // 26: envd.interpreter.v1.ListLanguagesResponse
 	(*Language)(nil),                // 27: envd.interpreter.v1.Language
-	nil,                             // 28: envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
-	nil,                             // 29: envd.interpreter.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),     // 30: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 31: google.protobuf.Timestamp
+	(*CompleteRequest)(nil),         // 28: envd.interpreter.v1.CompleteRequest
+	(*CompleteResponse)(nil),        // 29: envd.interpreter.v1.CompleteResponse
+	(*CompletionType)(nil),          // 30: envd.interpreter.v1.CompletionType
+	(*InspectRequest)(nil),          // 31: envd.interpreter.v1.InspectRequest
+	(*InspectResponse)(nil),         // 32: envd.interpreter.v1.InspectResponse
+	(*ListVariablesRequest)(nil),    // 33: envd.interpreter.v1.ListVariablesRequest
+	(*ListVariablesResponse)(nil),   // 34: envd.interpreter.v1.ListVariablesResponse
+	(*Variable)(nil),                // 35: envd.interpreter.v1.Variable
+	nil,                             // 36: envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
+	nil,                             // 37: envd.interpreter.v1.Result.DataEntry
+	nil,                             // 38: envd.interpreter.v1.InspectResponse.DataEntry
+	(*durationpb.Duration)(nil),     // 39: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 40: google.protobuf.Timestamp
 }
 var file_envd_interpreter_v1_interpreter_proto_depIdxs = []int32{
-	28, // 0: envd.interpreter.v1.ExecuteRequest.env_vars:type_name -> envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
-	30, // 1: envd.interpreter.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	36, // 0: envd.interpreter.v1.ExecuteRequest.env_vars:type_name -> envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
+	39, // 1: envd.interpreter.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
 	7,  // 2: envd.interpreter.v1.ExecuteResponse.event:type_name -> envd.interpreter.v1.ExecutionEvent
 	7,  // 3: envd.interpreter.v1.AttachExecutionResponse.event:type_name -> envd.interpreter.v1.ExecutionEvent
 	8,  // 4: envd.interpreter.v1.ExecutionEvent.started:type_name -> envd.interpreter.v1.Started
@@ -1837,36 +2429,45 @@ var file_envd_interpreter_v1_interpreter_proto_depIdxs = []int32{
 	12, // 9: envd.interpreter.v1.ExecutionEvent.end:type_name -> envd.interpreter.v1.End
 	13, // 10: envd.interpreter.v1.ExecutionEvent.keepalive:type_name -> envd.interpreter.v1.Keepalive
 	14, // 11: envd.interpreter.v1.ExecutionEvent.notice:type_name -> envd.interpreter.v1.Notice
-	31, // 12: envd.interpreter.v1.Output.timestamp:type_name -> google.protobuf.Timestamp
-	29, // 13: envd.interpreter.v1.Result.data:type_name -> envd.interpreter.v1.Result.DataEntry
+	40, // 12: envd.interpreter.v1.Output.timestamp:type_name -> google.protobuf.Timestamp
+	37, // 13: envd.interpreter.v1.Result.data:type_name -> envd.interpreter.v1.Result.DataEntry
 	0,  // 14: envd.interpreter.v1.End.reason:type_name -> envd.interpreter.v1.EndReason
 	1,  // 15: envd.interpreter.v1.Notice.kind:type_name -> envd.interpreter.v1.NoticeKind
-	31, // 16: envd.interpreter.v1.Notice.at:type_name -> google.protobuf.Timestamp
+	40, // 16: envd.interpreter.v1.Notice.at:type_name -> google.protobuf.Timestamp
 	2,  // 17: envd.interpreter.v1.CreateContextResponse.context:type_name -> envd.interpreter.v1.Context
 	2,  // 18: envd.interpreter.v1.ListContextsResponse.contexts:type_name -> envd.interpreter.v1.Context
 	2,  // 19: envd.interpreter.v1.RestartContextResponse.context:type_name -> envd.interpreter.v1.Context
 	27, // 20: envd.interpreter.v1.ListLanguagesResponse.languages:type_name -> envd.interpreter.v1.Language
-	3,  // 21: envd.interpreter.v1.InterpreterService.Execute:input_type -> envd.interpreter.v1.ExecuteRequest
-	5,  // 22: envd.interpreter.v1.InterpreterService.AttachExecution:input_type -> envd.interpreter.v1.AttachExecutionRequest
-	15, // 23: envd.interpreter.v1.InterpreterService.Interrupt:input_type -> envd.interpreter.v1.InterruptRequest
-	17, // 24: envd.interpreter.v1.InterpreterService.CreateContext:input_type -> envd.interpreter.v1.CreateContextRequest
-	19, // 25: envd.interpreter.v1.InterpreterService.ListContexts:input_type -> envd.interpreter.v1.ListContextsRequest
-	21, // 26: envd.interpreter.v1.InterpreterService.RestartContext:input_type -> envd.interpreter.v1.RestartContextRequest
-	23, // 27: envd.interpreter.v1.InterpreterService.RemoveContext:input_type -> envd.interpreter.v1.RemoveContextRequest
-	25, // 28: envd.interpreter.v1.InterpreterService.ListLanguages:input_type -> envd.interpreter.v1.ListLanguagesRequest
-	4,  // 29: envd.interpreter.v1.InterpreterService.Execute:output_type -> envd.interpreter.v1.ExecuteResponse
-	6,  // 30: envd.interpreter.v1.InterpreterService.AttachExecution:output_type -> envd.interpreter.v1.AttachExecutionResponse
-	16, // 31: envd.interpreter.v1.InterpreterService.Interrupt:output_type -> envd.interpreter.v1.InterruptResponse
-	18, // 32: envd.interpreter.v1.InterpreterService.CreateContext:output_type -> envd.interpreter.v1.CreateContextResponse
-	20, // 33: envd.interpreter.v1.InterpreterService.ListContexts:output_type -> envd.interpreter.v1.ListContextsResponse
-	22, // 34: envd.interpreter.v1.InterpreterService.RestartContext:output_type -> envd.interpreter.v1.RestartContextResponse
-	24, // 35: envd.interpreter.v1.InterpreterService.RemoveContext:output_type -> envd.interpreter.v1.RemoveContextResponse
-	26, // 36: envd.interpreter.v1.InterpreterService.ListLanguages:output_type -> envd.interpreter.v1.ListLanguagesResponse
-	29, // [29:37] is the sub-list for method output_type
-	21, // [21:29] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	30, // 21: envd.interpreter.v1.CompleteResponse.types:type_name -> envd.interpreter.v1.CompletionType
+	38, // 22: envd.interpreter.v1.InspectResponse.data:type_name -> envd.interpreter.v1.InspectResponse.DataEntry
+	35, // 23: envd.interpreter.v1.ListVariablesResponse.variables:type_name -> envd.interpreter.v1.Variable
+	3,  // 24: envd.interpreter.v1.InterpreterService.Execute:input_type -> envd.interpreter.v1.ExecuteRequest
+	5,  // 25: envd.interpreter.v1.InterpreterService.AttachExecution:input_type -> envd.interpreter.v1.AttachExecutionRequest
+	15, // 26: envd.interpreter.v1.InterpreterService.Interrupt:input_type -> envd.interpreter.v1.InterruptRequest
+	17, // 27: envd.interpreter.v1.InterpreterService.CreateContext:input_type -> envd.interpreter.v1.CreateContextRequest
+	19, // 28: envd.interpreter.v1.InterpreterService.ListContexts:input_type -> envd.interpreter.v1.ListContextsRequest
+	21, // 29: envd.interpreter.v1.InterpreterService.RestartContext:input_type -> envd.interpreter.v1.RestartContextRequest
+	23, // 30: envd.interpreter.v1.InterpreterService.RemoveContext:input_type -> envd.interpreter.v1.RemoveContextRequest
+	25, // 31: envd.interpreter.v1.InterpreterService.ListLanguages:input_type -> envd.interpreter.v1.ListLanguagesRequest
+	28, // 32: envd.interpreter.v1.InterpreterService.Complete:input_type -> envd.interpreter.v1.CompleteRequest
+	31, // 33: envd.interpreter.v1.InterpreterService.Inspect:input_type -> envd.interpreter.v1.InspectRequest
+	33, // 34: envd.interpreter.v1.InterpreterService.ListVariables:input_type -> envd.interpreter.v1.ListVariablesRequest
+	4,  // 35: envd.interpreter.v1.InterpreterService.Execute:output_type -> envd.interpreter.v1.ExecuteResponse
+	6,  // 36: envd.interpreter.v1.InterpreterService.AttachExecution:output_type -> envd.interpreter.v1.AttachExecutionResponse
+	16, // 37: envd.interpreter.v1.InterpreterService.Interrupt:output_type -> envd.interpreter.v1.InterruptResponse
+	18, // 38: envd.interpreter.v1.InterpreterService.CreateContext:output_type -> envd.interpreter.v1.CreateContextResponse
+	20, // 39: envd.interpreter.v1.InterpreterService.ListContexts:output_type -> envd.interpreter.v1.ListContextsResponse
+	22, // 40: envd.interpreter.v1.InterpreterService.RestartContext:output_type -> envd.interpreter.v1.RestartContextResponse
+	24, // 41: envd.interpreter.v1.InterpreterService.RemoveContext:output_type -> envd.interpreter.v1.RemoveContextResponse
+	26, // 42: envd.interpreter.v1.InterpreterService.ListLanguages:output_type -> envd.interpreter.v1.ListLanguagesResponse
+	29, // 43: envd.interpreter.v1.InterpreterService.Complete:output_type -> envd.interpreter.v1.CompleteResponse
+	32, // 44: envd.interpreter.v1.InterpreterService.Inspect:output_type -> envd.interpreter.v1.InspectResponse
+	34, // 45: envd.interpreter.v1.InterpreterService.ListVariables:output_type -> envd.interpreter.v1.ListVariablesResponse
+	35, // [35:46] is the sub-list for method output_type
+	24, // [24:35] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_envd_interpreter_v1_interpreter_proto_init() }
@@ -1884,13 +2485,16 @@ func file_envd_interpreter_v1_interpreter_proto_init() {
 		(*ExecutionEvent_Keepalive)(nil),
 		(*ExecutionEvent_Notice)(nil),
 	}
+	file_envd_interpreter_v1_interpreter_proto_msgTypes[26].OneofWrappers = []any{}
+	file_envd_interpreter_v1_interpreter_proto_msgTypes[29].OneofWrappers = []any{}
+	file_envd_interpreter_v1_interpreter_proto_msgTypes[33].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_envd_interpreter_v1_interpreter_proto_rawDesc), len(file_envd_interpreter_v1_interpreter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

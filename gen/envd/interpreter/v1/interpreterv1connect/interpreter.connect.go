@@ -65,6 +65,15 @@ const (
 	// InterpreterServiceListLanguagesProcedure is the fully-qualified name of the InterpreterService's
 	// ListLanguages RPC.
 	InterpreterServiceListLanguagesProcedure = "/envd.interpreter.v1.InterpreterService/ListLanguages"
+	// InterpreterServiceCompleteProcedure is the fully-qualified name of the InterpreterService's
+	// Complete RPC.
+	InterpreterServiceCompleteProcedure = "/envd.interpreter.v1.InterpreterService/Complete"
+	// InterpreterServiceInspectProcedure is the fully-qualified name of the InterpreterService's
+	// Inspect RPC.
+	InterpreterServiceInspectProcedure = "/envd.interpreter.v1.InterpreterService/Inspect"
+	// InterpreterServiceListVariablesProcedure is the fully-qualified name of the InterpreterService's
+	// ListVariables RPC.
+	InterpreterServiceListVariablesProcedure = "/envd.interpreter.v1.InterpreterService/ListVariables"
 )
 
 // InterpreterServiceClient is a client for the envd.interpreter.v1.InterpreterService service.
@@ -90,6 +99,23 @@ type InterpreterServiceClient interface {
 	// installed Jupyter kernelspec (envd's own languages first), as installed
 	// now.
 	ListLanguages(context.Context, *connect.Request[v1.ListLanguagesRequest]) (*connect.Response[v1.ListLanguagesResponse], error)
+	// Complete answers the completions at a cursor in code, as the context's
+	// kernel gives them (Jupyter's complete_request).
+	//
+	// Complete, Inspect and ListVariables take their turn on the context as
+	// an execution does: on a context running code they wait until the code
+	// ends, at most until the call's deadline (10 s without one), then
+	// answer unavailable saying the context is busy. They never start a
+	// kernel: a context without a running one answers unavailable, saying
+	// why; an unknown or removed context not_found.
+	Complete(context.Context, *connect.Request[v1.CompleteRequest]) (*connect.Response[v1.CompleteResponse], error)
+	// Inspect answers what the kernel knows of the name at a cursor: its
+	// documentation, signature or value (Jupyter's inspect_request).
+	Inspect(context.Context, *connect.Request[v1.InspectRequest]) (*connect.Response[v1.InspectResponse], error)
+	// ListVariables lists the variables of a context (python, javascript,
+	// typescript, r, bash) without running anything the context records: no
+	// execution count, no history, no output to any other call.
+	ListVariables(context.Context, *connect.Request[v1.ListVariablesRequest]) (*connect.Response[v1.ListVariablesResponse], error)
 }
 
 // NewInterpreterServiceClient constructs a client for the envd.interpreter.v1.InterpreterService
@@ -151,6 +177,24 @@ func NewInterpreterServiceClient(httpClient connect.HTTPClient, baseURL string, 
 			connect.WithSchema(interpreterServiceMethods.ByName("ListLanguages")),
 			connect.WithClientOptions(opts...),
 		),
+		complete: connect.NewClient[v1.CompleteRequest, v1.CompleteResponse](
+			httpClient,
+			baseURL+InterpreterServiceCompleteProcedure,
+			connect.WithSchema(interpreterServiceMethods.ByName("Complete")),
+			connect.WithClientOptions(opts...),
+		),
+		inspect: connect.NewClient[v1.InspectRequest, v1.InspectResponse](
+			httpClient,
+			baseURL+InterpreterServiceInspectProcedure,
+			connect.WithSchema(interpreterServiceMethods.ByName("Inspect")),
+			connect.WithClientOptions(opts...),
+		),
+		listVariables: connect.NewClient[v1.ListVariablesRequest, v1.ListVariablesResponse](
+			httpClient,
+			baseURL+InterpreterServiceListVariablesProcedure,
+			connect.WithSchema(interpreterServiceMethods.ByName("ListVariables")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -164,6 +208,9 @@ type interpreterServiceClient struct {
 	restartContext  *connect.Client[v1.RestartContextRequest, v1.RestartContextResponse]
 	removeContext   *connect.Client[v1.RemoveContextRequest, v1.RemoveContextResponse]
 	listLanguages   *connect.Client[v1.ListLanguagesRequest, v1.ListLanguagesResponse]
+	complete        *connect.Client[v1.CompleteRequest, v1.CompleteResponse]
+	inspect         *connect.Client[v1.InspectRequest, v1.InspectResponse]
+	listVariables   *connect.Client[v1.ListVariablesRequest, v1.ListVariablesResponse]
 }
 
 // Execute calls envd.interpreter.v1.InterpreterService.Execute.
@@ -206,6 +253,21 @@ func (c *interpreterServiceClient) ListLanguages(ctx context.Context, req *conne
 	return c.listLanguages.CallUnary(ctx, req)
 }
 
+// Complete calls envd.interpreter.v1.InterpreterService.Complete.
+func (c *interpreterServiceClient) Complete(ctx context.Context, req *connect.Request[v1.CompleteRequest]) (*connect.Response[v1.CompleteResponse], error) {
+	return c.complete.CallUnary(ctx, req)
+}
+
+// Inspect calls envd.interpreter.v1.InterpreterService.Inspect.
+func (c *interpreterServiceClient) Inspect(ctx context.Context, req *connect.Request[v1.InspectRequest]) (*connect.Response[v1.InspectResponse], error) {
+	return c.inspect.CallUnary(ctx, req)
+}
+
+// ListVariables calls envd.interpreter.v1.InterpreterService.ListVariables.
+func (c *interpreterServiceClient) ListVariables(ctx context.Context, req *connect.Request[v1.ListVariablesRequest]) (*connect.Response[v1.ListVariablesResponse], error) {
+	return c.listVariables.CallUnary(ctx, req)
+}
+
 // InterpreterServiceHandler is an implementation of the envd.interpreter.v1.InterpreterService
 // service.
 type InterpreterServiceHandler interface {
@@ -230,6 +292,23 @@ type InterpreterServiceHandler interface {
 	// installed Jupyter kernelspec (envd's own languages first), as installed
 	// now.
 	ListLanguages(context.Context, *connect.Request[v1.ListLanguagesRequest]) (*connect.Response[v1.ListLanguagesResponse], error)
+	// Complete answers the completions at a cursor in code, as the context's
+	// kernel gives them (Jupyter's complete_request).
+	//
+	// Complete, Inspect and ListVariables take their turn on the context as
+	// an execution does: on a context running code they wait until the code
+	// ends, at most until the call's deadline (10 s without one), then
+	// answer unavailable saying the context is busy. They never start a
+	// kernel: a context without a running one answers unavailable, saying
+	// why; an unknown or removed context not_found.
+	Complete(context.Context, *connect.Request[v1.CompleteRequest]) (*connect.Response[v1.CompleteResponse], error)
+	// Inspect answers what the kernel knows of the name at a cursor: its
+	// documentation, signature or value (Jupyter's inspect_request).
+	Inspect(context.Context, *connect.Request[v1.InspectRequest]) (*connect.Response[v1.InspectResponse], error)
+	// ListVariables lists the variables of a context (python, javascript,
+	// typescript, r, bash) without running anything the context records: no
+	// execution count, no history, no output to any other call.
+	ListVariables(context.Context, *connect.Request[v1.ListVariablesRequest]) (*connect.Response[v1.ListVariablesResponse], error)
 }
 
 // NewInterpreterServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -287,6 +366,24 @@ func NewInterpreterServiceHandler(svc InterpreterServiceHandler, opts ...connect
 		connect.WithSchema(interpreterServiceMethods.ByName("ListLanguages")),
 		connect.WithHandlerOptions(opts...),
 	)
+	interpreterServiceCompleteHandler := connect.NewUnaryHandler(
+		InterpreterServiceCompleteProcedure,
+		svc.Complete,
+		connect.WithSchema(interpreterServiceMethods.ByName("Complete")),
+		connect.WithHandlerOptions(opts...),
+	)
+	interpreterServiceInspectHandler := connect.NewUnaryHandler(
+		InterpreterServiceInspectProcedure,
+		svc.Inspect,
+		connect.WithSchema(interpreterServiceMethods.ByName("Inspect")),
+		connect.WithHandlerOptions(opts...),
+	)
+	interpreterServiceListVariablesHandler := connect.NewUnaryHandler(
+		InterpreterServiceListVariablesProcedure,
+		svc.ListVariables,
+		connect.WithSchema(interpreterServiceMethods.ByName("ListVariables")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/envd.interpreter.v1.InterpreterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case InterpreterServiceExecuteProcedure:
@@ -305,6 +402,12 @@ func NewInterpreterServiceHandler(svc InterpreterServiceHandler, opts ...connect
 			interpreterServiceRemoveContextHandler.ServeHTTP(w, r)
 		case InterpreterServiceListLanguagesProcedure:
 			interpreterServiceListLanguagesHandler.ServeHTTP(w, r)
+		case InterpreterServiceCompleteProcedure:
+			interpreterServiceCompleteHandler.ServeHTTP(w, r)
+		case InterpreterServiceInspectProcedure:
+			interpreterServiceInspectHandler.ServeHTTP(w, r)
+		case InterpreterServiceListVariablesProcedure:
+			interpreterServiceListVariablesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -344,4 +447,16 @@ func (UnimplementedInterpreterServiceHandler) RemoveContext(context.Context, *co
 
 func (UnimplementedInterpreterServiceHandler) ListLanguages(context.Context, *connect.Request[v1.ListLanguagesRequest]) (*connect.Response[v1.ListLanguagesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("envd.interpreter.v1.InterpreterService.ListLanguages is not implemented"))
+}
+
+func (UnimplementedInterpreterServiceHandler) Complete(context.Context, *connect.Request[v1.CompleteRequest]) (*connect.Response[v1.CompleteResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("envd.interpreter.v1.InterpreterService.Complete is not implemented"))
+}
+
+func (UnimplementedInterpreterServiceHandler) Inspect(context.Context, *connect.Request[v1.InspectRequest]) (*connect.Response[v1.InspectResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("envd.interpreter.v1.InterpreterService.Inspect is not implemented"))
+}
+
+func (UnimplementedInterpreterServiceHandler) ListVariables(context.Context, *connect.Request[v1.ListVariablesRequest]) (*connect.Response[v1.ListVariablesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("envd.interpreter.v1.InterpreterService.ListVariables is not implemented"))
 }

@@ -56,6 +56,27 @@ never need shell quoting by the caller:
 
 The kernel turns them into bash (values quoted with shlex.quote) and runs them
 before the rest of the cell. Names must be valid shell identifiers.
+
+Introspection
+-------------
+complete_request completes the word at the cursor with compgen, run in the
+shell: `$NAME` / `${NAME` against the shell's variables, a command's first word
+against commands (aliases, functions, builtins, keywords, $PATH), anything else
+against file names (directories get a trailing "/", special characters are
+backslash-escaped). inspect_request answers `type` (and `help` for a builtin)
+of the word at the cursor. Both leave `$?` as the user's last cell left it.
+
+The user expression "envd:variables" (of any execute_request, silent ones
+included) answers the shell variables the user set, as
+application/vnd.envd.variables+json ({"variables", "total", "truncated"}):
+the names that did not exist when this shell started (its environment and
+bash's own), without envd's (global env vars set through directives, names
+starting with "_") and without bash's dynamic ones (BASH_*, OLDPWD, COLUMNS,
+LINES...); each {"name", "type" ("string", "integer", "array", "associative
+array", with " (exported)" when exported), "repr" (the value, or the first
+elements of an array, at most 200 characters), "len" (characters, or
+elements)}. Functions are not variables. Other user expressions answer an
+error.
 """
 
 import json
@@ -81,6 +102,13 @@ _FLUSH_AFTER = 0.05
 _FLUSH_SIZE = 32 * 1024
 _START_TIMEOUT = 30.0
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_VARIABLES_EXPR = "envd:variables"
+_VARIABLES_MIME = "application/vnd.envd.variables+json"
+_DYNAMIC = {"OLDPWD", "COLUMNS", "LINES", "PIPESTATUS", "OPTARG", "COMP_WORDBREAKS", "HISTCMD"}
+_MAX_MATCHES = 1000
+_WORD = re.compile(r"""[^\s;|&()<>`"'=]*$""")
+_WORD_AFTER = re.compile(r"""^[^\s;|&()<>`"'=]*""")
+_SEP = "\x1f"
 
 
 def _reset_signals():
@@ -146,6 +174,7 @@ class BashKernel(Replies, Kernel):
         self._cell_path = os.path.join(self._tmpdir, "cell")
         self._cwd = os.getcwd()
         self._global_env = {}  # name -> value or None (unset); survives restarts
+        self._baseline = set()  # variable names when the shell started
         self._child = None
         self._start_bash()
         try:
@@ -212,7 +241,11 @@ class BashKernel(Replies, Kernel):
             except pexpect.EOF:
                 raise RuntimeError("bash exited during start: %r" % (buf[-500:],))
             if self._marker.search(buf):
-                return
+                break
+        try:
+            self._baseline = set(self._run_quiet("compgen -v").split())
+        except Exception:
+            self._baseline = set()
 
     def _stop_bash(self):
         child, self._child = self._child, None
@@ -445,6 +478,12 @@ class BashKernel(Replies, Kernel):
         *,
         cell_id=None,
     ):
+        reply = self._execute(code, silent)
+        if user_expressions and reply.get("status") == "ok":
+            reply["user_expressions"] = {k: self._user_expression(v) for k, v in user_expressions.items()}
+        return reply
+
+    def _execute(self, code, silent):
         try:
             directives, body = self._split_directives(code)
             script = self._directives_to_bash(directives)
@@ -487,6 +526,125 @@ class BashKernel(Replies, Kernel):
         if status != 0:
             return self._error("BashError", "exit code %d" % status)
         return self._ok()
+
+    # ------------------------------------------------------------------
+    # Introspection
+
+    def _query(self, script):
+        """Run internal script, its output captured. ($? needs no care: a
+        cell always starts with $? at 0, that of the eval's $(< FILE).)"""
+        return self._run_quiet(script)
+
+    def _user_expression(self, expr):
+        if expr.strip() != _VARIABLES_EXPR:
+            return {"status": "error", "ename": "UserExpressionError",
+                    "evalue": "envd's bash kernel evaluates only %r" % _VARIABLES_EXPR, "traceback": []}
+        try:
+            data = self._variables()
+        except Exception as e:
+            return {"status": "error", "ename": type(e).__name__, "evalue": str(e), "traceback": []}
+        return {"status": "ok", "data": {_VARIABLES_MIME: data}, "metadata": {}}
+
+    def _variables(self, limit=1000, repr_len=200):
+        names = sorted(
+            n for n in set(self._query("compgen -v").split())
+            if _NAME.match(n) and not n.startswith("_") and n not in self._baseline
+            and n not in self._global_env and n not in _DYNAMIC and not n.startswith("BASH_")
+        )
+        total = len(names)
+        names = names[:limit]
+        out = []
+        if names:
+            script = (
+                "for __envd_n in %s; do declare -n __envd_r=$__envd_n; "
+                "if [[ ${__envd_r@a} == *[aA]* ]]; then "
+                "printf '%%s\\x1f%%s\\x1f%%s\\x1f' \"$__envd_n\" \"${__envd_r@a}\" \"${#__envd_r[@]}\"; "
+                "printf '%%q ' \"${__envd_r[@]:0:12}\"; "
+                "else printf '%%s\\x1f%%s\\x1f%%s\\x1f%%s' \"$__envd_n\" \"${__envd_r@a}\" \"${#__envd_r}\" \"${__envd_r:0:%d}\"; "
+                "fi; printf '\\x1e'; unset -n __envd_r; done; unset __envd_n"
+            ) % (" ".join(names), repr_len)
+            raw = self._query(script)
+            for rec in raw.split("\x1e"):
+                parts = rec.split(_SEP, 3)
+                if len(parts) != 4:
+                    continue
+                name, attrs, n, value = parts
+                if "A" in attrs:
+                    typ = "associative array"
+                    value = "(" + value.strip() + ("..." if int(n or 0) > 12 else "") + ")"
+                elif "a" in attrs:
+                    typ = "array"
+                    value = "(" + value.strip() + ("..." if int(n or 0) > 12 else "") + ")"
+                elif "i" in attrs:
+                    typ = "integer"
+                else:
+                    typ = "string"
+                    if int(n or 0) > repr_len:
+                        value = value[: repr_len - 3] + "..."
+                if "x" in attrs:
+                    typ += " (exported)"
+                if len(value) > repr_len:
+                    value = value[: repr_len - 3] + "..."
+                out.append({"name": name, "type": typ, "repr": value, "len": int(n or 0)})
+        return {"variables": out, "total": total, "truncated": total > limit}
+
+    def _word_at(self, code, cursor_pos):
+        before = code[:cursor_pos]
+        start = cursor_pos - len(_WORD.search(before).group())
+        end = cursor_pos + len(_WORD_AFTER.match(code[cursor_pos:]).group())
+        return start, end
+
+    def do_complete(self, code, cursor_pos):
+        if cursor_pos is None:
+            cursor_pos = len(code)
+        before = code[:cursor_pos]
+        word = _WORD.search(before).group()
+        start = cursor_pos - len(word)
+        head = before[:start].rstrip()
+        if "$" in word:
+            i = word.rindex("$")
+            prefix = word[i + 1:]
+            brace = prefix.startswith("{")
+            if brace:
+                prefix = prefix[1:]
+            start += i + 1 + (1 if brace else 0)
+            names = self._query("compgen -v -- %s" % shlex.quote(prefix)).split()
+            matches = [n for n in names if not n.startswith("__envd")]
+        elif (not head or head[-1] in ";|&(`{" or head.endswith("then") or head.endswith("do")) and "/" not in word:
+            matches = self._query("compgen -abck -A function -- %s" % shlex.quote(word)).split("\n")
+            matches = [m for m in matches if m and not m.startswith("__envd")]
+        else:
+            script = (
+                "mapfile -t __envd_c < <(compgen -f -- %s); "
+                "for __envd_f in \"${__envd_c[@]}\"; do if [[ -d $__envd_f ]]; then printf '%%s/\\n' \"$__envd_f\"; "
+                "else printf '%%s\\n' \"$__envd_f\"; fi; done; unset __envd_c __envd_f"
+            ) % shlex.quote(word)
+            matches = [re.sub(r"""([\s;|&()<>`"'$\\*?\[\]!{}#])""", r"\\\1", m)
+                       for m in self._query(script).split("\n") if m]
+        seen = set()
+        uniq = []
+        for m in sorted(matches):
+            if m not in seen:
+                seen.add(m)
+                uniq.append(m)
+        return {"status": "ok", "matches": uniq[:_MAX_MATCHES], "cursor_start": start,
+                "cursor_end": cursor_pos, "metadata": {}}
+
+    def do_inspect(self, code, cursor_pos, detail_level=0, omit_sections=()):
+        start, end = self._word_at(code, cursor_pos)
+        word = code[start:end]
+        if not word or word.startswith("$"):
+            name = word.lstrip("${").rstrip("}")
+            if not _NAME.match(name or "-"):
+                return {"status": "ok", "found": False, "data": {}, "metadata": {}}
+            text = self._query("declare -p -- %s 2>/dev/null" % name)
+        else:
+            q = shlex.quote(word)
+            text = self._query("type -- %s 2>/dev/null && { [[ $(type -t -- %s) == builtin ]] && help -- %s; }"
+                               % (q, q, q))
+        if not text.strip():
+            return {"status": "ok", "found": False, "data": {}, "metadata": {}}
+        return {"status": "ok", "found": True, "data": {"text/plain": text}, "metadata": {}}
 
     def do_shutdown(self, restart):
         self._stop_bash()

@@ -5,7 +5,8 @@ load(ip) registers:
   e2b/chart         matplotlib Figure -> chart dict (envd_kernel.charts), {} on failure
   application/json  dict/list -> JSON value (numpy-aware), stock formatter otherwise
   PIL patches       image.show() and image.save("path") display the image
-  builtins          __envd_setenv / __envd_restoreenv (see envd_kernel.env)
+  builtins          __envd_setenv / __envd_restoreenv (see envd_kernel.env),
+                    __envd_variables (see envd_kernel.variables)
   stream close      sys.stdout/sys.stderr.close() do nothing (see _guard_streams)
 
 Formatters only look at pandas/matplotlib when the user already imported them
@@ -19,7 +20,7 @@ import warnings
 from IPython.core.formatters import BaseFormatter, JSONFormatter, catch_format_error
 from traitlets import ObjectName, Unicode
 
-from . import charts, env, jsonsafe
+from . import charts, env, jsonsafe, variables
 
 
 class E2BDataFormatter(BaseFormatter):
@@ -154,4 +155,5 @@ def load(ip):
     _patch_pil(ip)
     builtins.__dict__["__envd_setenv"] = _setenv
     builtins.__dict__["__envd_restoreenv"] = _restoreenv
+    builtins.__dict__["__envd_variables"] = lambda limit=1000, repr_len=200: variables.variables(ip, limit, repr_len)
     _guard_streams()
