@@ -30,8 +30,8 @@ import (
 	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/reaper"
 	"github.com/envd-dev/envd/internal/server"
-	"github.com/envd-dev/envd/internal/tunnel"
 	"github.com/envd-dev/envd/internal/slogtag"
+	"github.com/envd-dev/envd/internal/tunnel"
 )
 
 // Version is envd's version, reported by -version and /init.
