@@ -1,7 +1,8 @@
 // Command envctl talks to envd, the agent inside a sandbox, to debug it: run
 // commands, copy files both ways, watch directories, run code in stateful
 // contexts, manage packages (pip, npm, R, apt), list the sandbox's TCP
-// listeners and their forwarding, check health and metrics.
+// listeners and their forwarding, forward local ports into the sandbox,
+// check health and metrics.
 // It reaches envd over TCP, a unix socket, AF_VSOCK, or the host side of a
 // Firecracker vsock device, through the client package (and
 // internal/buildinfo for its -version line).
@@ -46,7 +47,7 @@ type command struct {
 var commands = []*command{
 	runCommand, psCommand, killCommand,
 	lsCommand, statCommand, catCommand, cpCommand, watchCommand,
-	execCodeCommand, languagesCommand, pkgCommand, portsCommand,
+	execCodeCommand, languagesCommand, pkgCommand, portsCommand, forwardCommand,
 	healthCommand, metricsCommand, envsCommand,
 }
 

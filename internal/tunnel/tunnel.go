@@ -136,7 +136,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	release := func() { <-s.slots }
-	ctx, cancel := context.WithTimeout(r.Context(), s.o.DialTimeout)
+	// Not the request's context: net/http cancels it when the client
+	// half-closes, and a client may send its bytes and shut down its
+	// writing side before the answer arrives. DialTimeout bounds it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.o.DialTimeout)
 	defer cancel()
 	var d net.Dialer
 	up, err := d.DialContext(ctx, "tcp", target.String())
@@ -269,8 +272,6 @@ func dialError(target netip.AddrPort, err error, timeout time.Duration) (int, st
 		return http.StatusBadGateway, fmt.Sprintf("nothing listens on %s in the sandbox (connection refused)", target)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT):
 		return http.StatusGatewayTimeout, fmt.Sprintf("connect to %s: no answer within %v", target, timeout)
-	case errors.Is(err, context.Canceled):
-		return http.StatusServiceUnavailable, fmt.Sprintf("connect to %s: the request was cancelled", target)
 	}
 	return http.StatusBadGateway, fmt.Sprintf("connect to %s: %v", target, err)
 }
