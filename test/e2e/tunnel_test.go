@@ -154,7 +154,9 @@ func TestEnvctlForward(t *testing.T) {
 		t.Errorf("a connection to a port with nothing behind: read %q, %v; want it closed", b, err)
 	}
 	c.Close()
-	if !testutil.PollFor(requestTimeout, func() bool { return strings.Contains(errb.String(), "nothing listens on 127.0.0.1:"+strconv.Itoa(nothing)) }) {
+	if !testutil.PollFor(requestTimeout, func() bool {
+		return strings.Contains(errb.String(), "nothing listens on 127.0.0.1:"+strconv.Itoa(nothing))
+	}) {
 		t.Errorf("envctl's stderr does not say why: %q", errb.String())
 	}
 	cmd.Process.Signal(syscall.SIGINT)
