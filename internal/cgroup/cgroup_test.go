@@ -192,7 +192,7 @@ func TestFreezeBusyLoop(t *testing.T) {
 			}
 			defer func() { control.Process.Kill(); control.Wait() }()
 
-			res, err := m.Freeze(testutil.Context(t, testutil.Wait), cgroup.FreezeOptions{Wait: testutil.Wait})
+			res, err := m.Freeze(testutil.Context(t, testutil.Wait), cgroup.FreezeOptions{Observe: true, Wait: testutil.Wait})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -240,7 +240,7 @@ func TestPreFrozen(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, hier := range []bool{false, true} {
-				res, err := m.Freeze(testutil.Context(t, testutil.Wait), cgroup.FreezeOptions{Hierarchy: hier, Wait: testutil.Wait})
+				res, err := m.Freeze(testutil.Context(t, testutil.Wait), cgroup.FreezeOptions{Hierarchy: hier, Observe: true, Wait: testutil.Wait})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -24,9 +24,11 @@ type FreezeOptions struct {
 	// MaxCgroups bounds how many cgroups the walk visits (the guest is
 	// untrusted: it may make millions). Zero: DefaultMaxCgroups.
 	MaxCgroups int
-	// Wait, when positive, is how long to wait for the frozen cgroups to
-	// read back frozen. Zero: only ask the kernel, and return.
-	Wait time.Duration
+	// Observe reads the frozen cgroups back, waiting up to Wait for each to
+	// read frozen (zero Wait: one look, at once). False: only ask the
+	// kernel, and return.
+	Observe bool
+	Wait    time.Duration
 }
 
 // FreezeResult is what a freeze observed. Counts are of cgroups.
@@ -156,7 +158,7 @@ func (m *Manager) Freeze(ctx context.Context, o FreezeOptions) (FreezeResult, er
 	}
 	m.frozenByUs = append(m.frozenByUs, mine...)
 	res.SweepMs = time.Since(began).Milliseconds()
-	if o.Wait <= 0 {
+	if !o.Observe {
 		return res, nil
 	}
 	waitBegan := time.Now()
@@ -189,6 +191,10 @@ func (m *Manager) awaitFrozen(parent context.Context, dirs []string, budget time
 		}
 		pending = next
 		if len(pending) == 0 {
+			return nil
+		}
+		if budget <= 0 {
+			res.NotFrozen += len(pending)
 			return nil
 		}
 		t := time.NewTimer(every)
