@@ -243,9 +243,22 @@ func (m *Manager) enableControllers(dir string) {
 }
 
 // NewChild makes a cgroup of its own under g for one process.
+// Its name is new: a name another envd in the same cgroup (tests run
+// several) took already is skipped.
 func (g *Group) NewChild() (*Group, error) {
 	g.m.retryLingering()
-	return g.m.group(filepath.Join(g.rel, "p"+strconv.FormatUint(g.m.seq.Add(1), 10)), true)
+	for range 64 {
+		rel := filepath.Join(g.rel, "p"+strconv.FormatUint(g.m.seq.Add(1), 10))
+		err := os.Mkdir(g.m.dirs(rel)[0], 0o755)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("make cgroup: %w", err)
+		}
+		return g.m.group(rel, true)
+	}
+	return nil, fmt.Errorf("make cgroup under %s: every name tried is taken", g.rel)
 }
 
 // Path is g's path relative to envd's root.
