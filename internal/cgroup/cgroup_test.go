@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/envd-dev/envd/internal/cgroup"
@@ -93,6 +94,11 @@ func startIn(t *testing.T, m *cgroup.Manager, name string, argv ...string) (*exe
 	}
 	t.Cleanup(func() {
 		cmd.Process.Kill()
+		if pids, err := g.Procs(); err == nil { // what it started, too
+			for _, pid := range pids {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
 		m.Thaw() // a frozen task cannot die
 		g.Thaw()
 		cmd.Wait()
