@@ -114,6 +114,7 @@ const (
 	ExitReasonTimedOut                // its Command.Timeout ran out: envd killed it
 	ExitReasonClientSignal            // a client's Signal ended it
 	ExitReasonShutdown                // envd's shutdown ended it
+	ExitReasonOOMKilled               // the kernel's OOM killer ended it
 )
 
 func (r ExitReason) String() string {
@@ -128,6 +129,8 @@ func (r ExitReason) String() string {
 		return "killed by a client's signal"
 	case ExitReasonShutdown:
 		return "killed at envd's shutdown"
+	case ExitReasonOOMKilled:
+		return "killed by the OOM killer"
 	}
 	return "unknown"
 }
@@ -139,6 +142,10 @@ type Usage struct {
 	// least envd's own resident set when the process started (Linux
 	// counts what a vfork child shares with envd until it execs).
 	MaxRSS int64
+	// MemoryPeak is the most memory the process's cgroup (it and every
+	// descendant, page cache included) held at once, in bytes; 0 when
+	// envd runs without cgroups.
+	MemoryPeak int64
 }
 
 // Success tells whether the process exited with code 0.
@@ -151,9 +158,10 @@ func exitOf(ev *pb.ProcessEvent_EndEvent) *Exit {
 	ex.TimedOut = ex.Reason == ExitReasonTimedOut
 	if u := ev.GetUsage(); u != nil {
 		ex.Usage = &Usage{
-			UserCPU:   time.Duration(u.GetUserCpuUs()) * time.Microsecond,
-			SystemCPU: time.Duration(u.GetSystemCpuUs()) * time.Microsecond,
-			MaxRSS:    int64(u.GetMaxRssBytes()),
+			UserCPU:    time.Duration(u.GetUserCpuUs()) * time.Microsecond,
+			SystemCPU:  time.Duration(u.GetSystemCpuUs()) * time.Microsecond,
+			MaxRSS:     int64(u.GetMaxRssBytes()),
+			MemoryPeak: int64(u.GetMemoryPeakBytes()),
 		}
 	}
 	if rest, ok := strings.CutPrefix(ev.GetStatus(), "signal: "); ok {

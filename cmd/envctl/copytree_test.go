@@ -220,6 +220,7 @@ func TestExitText(t *testing.T) {
 		{client.Exit{Code: -1, Signal: syscall.SIGKILL, Reason: client.ExitReasonTimedOut, TimedOut: true}, "timed out: SIGKILL"},
 		{client.Exit{Code: -1, Signal: syscall.SIGTERM, Reason: client.ExitReasonClientSignal}, "killed by a client's signal: SIGTERM"},
 		{client.Exit{Code: -1, Signal: syscall.SIGKILL, Reason: client.ExitReasonShutdown}, "killed at envd's shutdown: SIGKILL"},
+		{client.Exit{Code: -1, Signal: syscall.SIGKILL, Reason: client.ExitReasonOOMKilled, Usage: &client.Usage{MaxRSS: 1 << 20, MemoryPeak: 32 << 20}}, "killed by the OOM killer: SIGKILL (user 0.00s, system 0.00s, max RSS 1.0 MiB, memory peak 32.0 MiB)"},
 		{client.Exit{Code: 143, Reason: client.ExitReasonShutdown}, "killed at envd's shutdown"},
 		{client.Exit{Code: 2, Status: "exit status 2"}, "exit status 2"},
 		{client.Exit{Code: -1, Signal: 77, Reason: client.ExitReasonSignaled}, "signaled: signal 77"},

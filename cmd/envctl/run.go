@@ -229,7 +229,11 @@ func exitText(x *client.Exit) string {
 		why = "ended"
 	}
 	if u := x.Usage; u != nil {
-		why += fmt.Sprintf(" (user %.2fs, system %.2fs, max RSS %s)", u.UserCPU.Seconds(), u.SystemCPU.Seconds(), bytesText(uint64(max(u.MaxRSS, 0))))
+		why += fmt.Sprintf(" (user %.2fs, system %.2fs, max RSS %s", u.UserCPU.Seconds(), u.SystemCPU.Seconds(), bytesText(uint64(max(u.MaxRSS, 0))))
+		if u.MemoryPeak > 0 {
+			why += ", memory peak " + bytesText(uint64(u.MemoryPeak))
+		}
+		why += ")"
 	}
 	return why
 }

@@ -126,6 +126,9 @@ const (
 	ProcessEvent_END_REASON_CLIENT_SIGNAL ProcessEvent_EndReason = 4
 	// envd's shutdown ended it.
 	ProcessEvent_END_REASON_SHUTDOWN ProcessEvent_EndReason = 5
+	// The kernel's OOM killer ended it: SIGKILL while the memory events of
+	// its own cgroup counted an OOM kill.
+	ProcessEvent_END_REASON_OOM_KILLED ProcessEvent_EndReason = 6
 )
 
 // Enum value maps for ProcessEvent_EndReason.
@@ -137,6 +140,7 @@ var (
 		3: "END_REASON_TIMED_OUT",
 		4: "END_REASON_CLIENT_SIGNAL",
 		5: "END_REASON_SHUTDOWN",
+		6: "END_REASON_OOM_KILLED",
 	}
 	ProcessEvent_EndReason_value = map[string]int32{
 		"END_REASON_UNSPECIFIED":   0,
@@ -145,6 +149,7 @@ var (
 		"END_REASON_TIMED_OUT":     3,
 		"END_REASON_CLIENT_SIGNAL": 4,
 		"END_REASON_SHUTDOWN":      5,
+		"END_REASON_OOM_KILLED":    6,
 	}
 )
 
@@ -1691,9 +1696,13 @@ type ProcessEvent_ResourceUsage struct {
 	// counts the memory a child shares with envd until it execs (it is
 	// started with vfork), so this is at least envd's own resident set at
 	// the start: telling for a program that grows past that, not below.
-	MaxRssBytes   uint64 `protobuf:"varint,3,opt,name=max_rss_bytes,json=maxRssBytes,proto3" json:"max_rss_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxRssBytes uint64 `protobuf:"varint,3,opt,name=max_rss_bytes,json=maxRssBytes,proto3" json:"max_rss_bytes,omitempty"`
+	// memory_peak_bytes is the most memory its cgroup (the process and
+	// every descendant, page cache included) charged at once; 0 when envd
+	// runs without cgroups.
+	MemoryPeakBytes uint64 `protobuf:"varint,4,opt,name=memory_peak_bytes,json=memoryPeakBytes,proto3" json:"memory_peak_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ProcessEvent_ResourceUsage) Reset() {
@@ -1743,6 +1752,13 @@ func (x *ProcessEvent_ResourceUsage) GetSystemCpuUs() uint64 {
 func (x *ProcessEvent_ResourceUsage) GetMaxRssBytes() uint64 {
 	if x != nil {
 		return x.MaxRssBytes
+	}
+	return 0
+}
+
+func (x *ProcessEvent_ResourceUsage) GetMemoryPeakBytes() uint64 {
+	if x != nil {
+		return x.MemoryPeakBytes
 	}
 	return 0
 }
@@ -1949,7 +1965,7 @@ const file_process_process_proto_rawDesc = "" +
 	"\aprocess\x18\x01 \x01(\v2\x18.process.ProcessSelectorR\aprocess\x12#\n" +
 	"\x03pty\x18\x02 \x01(\v2\f.process.PTYH\x00R\x03pty\x88\x01\x01B\x06\n" +
 	"\x04_pty\"\x10\n" +
-	"\x0eUpdateResponse\"\xa0\a\n" +
+	"\x0eUpdateResponse\"\xe8\a\n" +
 	"\fProcessEvent\x128\n" +
 	"\x05start\x18\x01 \x01(\v2 .process.ProcessEvent.StartEventH\x00R\x05start\x125\n" +
 	"\x04data\x18\x02 \x01(\v2\x1f.process.ProcessEvent.DataEventH\x00R\x04data\x122\n" +
@@ -1970,19 +1986,21 @@ const file_process_process_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\tH\x00R\x05error\x88\x01\x01\x127\n" +
 	"\x06reason\x18\x05 \x01(\x0e2\x1f.process.ProcessEvent.EndReasonR\x06reason\x129\n" +
 	"\x05usage\x18\x06 \x01(\v2#.process.ProcessEvent.ResourceUsageR\x05usageB\b\n" +
-	"\x06_error\x1aw\n" +
+	"\x06_error\x1a\xa3\x01\n" +
 	"\rResourceUsage\x12\x1e\n" +
 	"\vuser_cpu_us\x18\x01 \x01(\x04R\tuserCpuUs\x12\"\n" +
 	"\rsystem_cpu_us\x18\x02 \x01(\x04R\vsystemCpuUs\x12\"\n" +
-	"\rmax_rss_bytes\x18\x03 \x01(\x04R\vmaxRssBytes\x1a\v\n" +
-	"\tKeepAlive\"\xa8\x01\n" +
+	"\rmax_rss_bytes\x18\x03 \x01(\x04R\vmaxRssBytes\x12*\n" +
+	"\x11memory_peak_bytes\x18\x04 \x01(\x04R\x0fmemoryPeakBytes\x1a\v\n" +
+	"\tKeepAlive\"\xc3\x01\n" +
 	"\tEndReason\x12\x1a\n" +
 	"\x16END_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11END_REASON_EXITED\x10\x01\x12\x17\n" +
 	"\x13END_REASON_SIGNALED\x10\x02\x12\x18\n" +
 	"\x14END_REASON_TIMED_OUT\x10\x03\x12\x1c\n" +
 	"\x18END_REASON_CLIENT_SIGNAL\x10\x04\x12\x17\n" +
-	"\x13END_REASON_SHUTDOWN\x10\x05B\a\n" +
+	"\x13END_REASON_SHUTDOWN\x10\x05\x12\x19\n" +
+	"\x15END_REASON_OOM_KILLED\x10\x06B\a\n" +
 	"\x05event\"<\n" +
 	"\rStartResponse\x12+\n" +
 	"\x05event\x18\x01 \x01(\v2\x15.process.ProcessEventR\x05event\">\n" +

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 
@@ -85,7 +86,7 @@ func (c *codeExec) kernelsUser() string {
 	return strconv.Itoa(os.Geteuid())
 }
 
-func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeExec, error) {
+func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults, place func(*exec.Cmd, func() error) error) (*codeExec, error) {
 	c := &codeExec{log: log}
 	// Kernels and commands share one environment (sharedEnv): where
 	// packages are installed from code, PATH and the locale; the python3
@@ -130,7 +131,7 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults) (*codeEx
 	for _, k := range slices.Sorted(maps.Keys(shared)) {
 		env = append(env, k+"="+shared[k])
 	}
-	sopts := jupyter.Options{Env: env, Logger: log, URL: cfg.JupyterURL, Token: cfg.JupyterToken}
+	sopts := jupyter.Options{Env: env, Logger: log, URL: cfg.JupyterURL, Token: cfg.JupyterToken, Place: place}
 	if runAs != nil {
 		sopts.RunAs = &jupyter.User{UID: runAs.UID, GID: runAs.GID, Groups: runAs.Groups, Home: runAs.Home, Name: runAs.Name}
 	}

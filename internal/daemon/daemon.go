@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/envd-dev/envd/internal/auth"
+	"github.com/envd-dev/envd/internal/cgroup"
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/filesystem"
 	"github.com/envd-dev/envd/internal/httpapi"
@@ -89,6 +90,12 @@ type Config struct {
 	// MMDS, mmds.DefaultURL in a guest): polled at boot for the sandbox's
 	// ids and /init's token hash. "" or "off": not read.
 	MMDSURL string
+	// Cgroups picks the workload's cgroups: auto (v2 where /sys/fs/cgroup
+	// is cgroup2, else v1), v1, v2 or off. CgroupRoot names envd's tree
+	// under its own cgroup (zero: envd). FSFreezeWatchdog bounds how long
+	// /fsfreeze leaves the root filesystem frozen (zero: 30 s).
+	Cgroups, CgroupRoot string
+	FSFreezeWatchdog    time.Duration
 }
 
 // Defaults of the shutdown's grace periods.
@@ -154,6 +161,9 @@ func checkConfig(cfg Config) (Config, string, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = quartz.NewReal()
 	}
+	if err := checkCgroupMode(cfg.Cgroups); err != nil {
+		return cfg, "", err
+	}
 	user, err := defaultUser(cfg.DefaultUser)
 	if err != nil {
 		return cfg, "", err
@@ -172,8 +182,10 @@ type parts struct {
 	pkgs  *packages.Installer
 	ports *portsPart
 	tunls *tunnel.Server
-	boot  *bootMetadata // nil without an MMDS
-	main  http.Handler  // every route, for the main port, vsock and the unix socket
+	boot  *bootMetadata   // nil without an MMDS
+	cg    *cgroup.Manager // nil without cgroups
+	hooks *httpapi.Hooks
+	main  http.Handler // every route, for the main port, vsock and the unix socket
 }
 
 func newParts(cfg Config, user string) (*parts, error) {
@@ -187,6 +199,8 @@ func newParts(cfg Config, user string) (*parts, error) {
 	if cfg.StrictUsers {
 		popts.RootEnv = func() map[string]string { return strictRootEnv(defs) }
 	}
+	p.cg = newCgroups(cfg, log.With("component", "cgroup"))
+	popts.Cgroups, popts.OOMScoreAdj = p.cg, cgroup.OOMScoreWorkload
 	p.procs = process.NewManager(popts)
 	opts := server.HandlerOptions(log, defs)
 	procPath, procHandler := process.NewService(p.procs, defs).Handler(opts...)
@@ -199,6 +213,7 @@ func newParts(cfg Config, user string) (*parts, error) {
 	}
 	if p.boot, err = newBootMetadata(cfg, defs); err != nil {
 		p.files.Close()
+		p.cg.Close()
 		return nil, err
 	} else if p.boot != nil {
 		api.Boot = p.boot
@@ -209,12 +224,14 @@ func newParts(cfg Config, user string) (*parts, error) {
 		{Pattern: filesPath, Handler: filesHandler},
 	}
 	routes = append(routes, httpapi.New(api).Routes()...)
-	code, err := newCodeExec(cfg, log, defs)
+	p.hooks = newHooks(cfg, log, p.cg)
+	routes = append(routes, p.hooks.Routes()...)
+	code, err := newCodeExec(cfg, log, defs, jupyterPlace(p.cg, log))
 	if err != nil {
 		p.boot.stop()
-	}
-	if err != nil {
+		p.hooks.Close()
 		p.files.Close()
+		p.cg.Close()
 		return nil, err
 	}
 	p.code = code
@@ -240,7 +257,9 @@ func newParts(cfg Config, user string) (*parts, error) {
 // cleanup releases what the parts hold once nothing serves them.
 func (p *parts) cleanup() {
 	p.boot.stop()
+	p.hooks.Close() // never leave a filesystem frozen
 	p.files.Close()
+	p.cg.Close() // best effort: what orphans still hold stays
 	p.code.cleanup()
 	if p.cfg.UnixSocket != "" {
 		os.Remove(p.cfg.UnixSocket)

@@ -105,7 +105,18 @@ func (s *Supervisor) spawn(port int) (*serverRun, error) {
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		exitc, err := reaper.Start(cmd)
+		var exitc <-chan reaper.Exit
+		start := func() error {
+			var err error
+			exitc, err = reaper.Start(cmd)
+			return err
+		}
+		var err error
+		if s.opts.Place != nil {
+			err = s.opts.Place(cmd, start)
+		} else {
+			err = start()
+		}
 		if err != nil {
 			started <- err
 			return

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -72,6 +73,11 @@ type Options struct {
 	// DisableLatencyFixes leaves out the server's TCP_NODELAY patch and the
 	// client's TCP_QUICKACK, to measure what they are worth. Zero: fixes on.
 	DisableLatencyFixes bool
+	// Place, when set, starts the server process: it must call start
+	// (which forks and execs cmd) on its own goroutine, so that the server
+	// and its kernels are born where Place puts them (envd's jupyter
+	// cgroup, with their oom_score_adj). Zero: start is called as is.
+	Place func(cmd *exec.Cmd, start func() error) error
 }
 
 // ServerState is where a Supervisor's server is in its life.

@@ -18,6 +18,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"github.com/envd-dev/envd/internal/cgroup"
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/reaper"
 )
@@ -51,6 +52,14 @@ type Options struct {
 	// itself, and the others look exactly like processes that do not exist.
 	// Zero: every caller finds every process, as upstream.
 	StrictUsers bool
+	// Cgroups, when set, gives every process a cgroup of its own, under
+	// cgroup.User (pipes) or cgroup.PTY (terminals), joined before the
+	// program runs: the workload freezes as one, and an end by the OOM
+	// killer says so (EndOOMKilled). Nil: no cgroups.
+	Cgroups *cgroup.Manager
+	// OOMScoreAdj, when not zero, is every process's oom_score_adj, set
+	// right after it starts (what it forks before that inherits envd's).
+	OOMScoreAdj int
 }
 
 // StartOptions says what to run and how.
@@ -133,6 +142,11 @@ func (m *Manager) Start(o StartOptions) (*Process, error) {
 	exitc, err := p.spawn(cmd, childEnds, o)
 	if err != nil {
 		return nil, err
+	}
+	if m.opts.OOMScoreAdj != 0 {
+		if err := cgroup.SetOOMScoreAdj(int(p.pid), m.opts.OOMScoreAdj); err != nil {
+			m.logger.Debug("cannot set a process's oom_score_adj", "pid", p.pid, "err", err)
+		}
 	}
 	m.register(p)
 	m.startPumps(p, exitc, o)
@@ -223,6 +237,8 @@ func (m *Manager) newProcess(o StartOptions) *Process {
 		clock:   m.opts.Clock,
 		killc:   make(chan struct{}),
 		inSem:   make(chan struct{}, 1),
+		cgroups: m.opts.Cgroups,
+		logger:  m.logger,
 	}
 	p.startPacing()
 	return p
@@ -274,7 +290,7 @@ func closeAll(fs ...*os.File) {
 
 // spawn forks and execs cmd through the reaper.
 func (p *Process) spawn(cmd *exec.Cmd, childEnds []*os.File, o StartOptions) (<-chan reaper.Exit, error) {
-	exitc, err := reaper.Start(cmd)
+	exitc, err := p.startChild(cmd, o)
 	// The child has its own copies now (or failed to start): ours would keep
 	// the pipes open and hide its EOF.
 	closeAll(childEnds...)
@@ -282,6 +298,9 @@ func (p *Process) spawn(cmd *exec.Cmd, childEnds []*os.File, o StartOptions) (<-
 		closeAll(p.outputs...)
 		if p.stdin != nil {
 			p.stdin.Close()
+		}
+		if errors.Is(err, cgroup.ErrFrozen) {
+			return nil, errorf(ErrUnavailable, "start %s: %v", o.Config.Cmd, err)
 		}
 		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
 			// exec reports a cwd that changed since checkDir as
@@ -312,6 +331,36 @@ func (p *Process) spawn(cmd *exec.Cmd, childEnds []*os.File, o StartOptions) (<-
 		cmd.Process.Release()
 		sigMu.Unlock()
 	}
+	return exitc, nil
+}
+
+// startChild starts cmd through the reaper, in a cgroup of its own when
+// cgroups are on. A cgroup that cannot be made leaves the process without
+// one (logged), rather than refusing it.
+func (p *Process) startChild(cmd *exec.Cmd, o StartOptions) (<-chan reaper.Exit, error) {
+	if p.cgroups == nil {
+		return reaper.Start(cmd)
+	}
+	parent := cgroup.User
+	if o.PTY != nil {
+		parent = cgroup.PTY
+	}
+	g, err := p.cgroups.Group(parent).NewChild()
+	if err != nil {
+		p.logger.Warn("cannot make a process's cgroup: starting it without one", "err", err)
+		return reaper.Start(cmd)
+	}
+	var exitc <-chan reaper.Exit
+	err = g.Start(cmd, func() error {
+		var err error
+		exitc, err = reaper.Start(cmd)
+		return err
+	})
+	if err != nil {
+		g.Remove()
+		return nil, err
+	}
+	p.cg = g
 	return exitc, nil
 }
 

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"github.com/envd-dev/envd/internal/cgroup"
 	"github.com/envd-dev/envd/internal/outbuf"
 	"github.com/envd-dev/envd/internal/reaper"
 )
@@ -115,6 +117,9 @@ const (
 	EndClientSignal
 	// EndShutdown: envd's shutdown ended it.
 	EndShutdown
+	// EndOOMKilled: the kernel's OOM killer ended it (SIGKILL that envd did
+	// not send, while its cgroup counted an OOM kill).
+	EndOOMKilled
 )
 
 func (r EndReason) String() string {
@@ -129,6 +134,8 @@ func (r EndReason) String() string {
 		return "killed by a client's signal"
 	case EndShutdown:
 		return "killed at envd's shutdown"
+	case EndOOMKilled:
+		return "killed by the OOM killer"
 	}
 	return "unknown"
 }
@@ -138,6 +145,9 @@ func (r EndReason) String() string {
 type Usage struct {
 	UserCPU, SystemCPU time.Duration
 	MaxRSS             int64 // peak resident set, bytes
+	// MemoryPeak is the most its cgroup (it and every descendant, page
+	// cache included) held at once, in bytes; 0 without cgroups.
+	MemoryPeak int64
 }
 
 // Process is one spawned program.
@@ -172,6 +182,10 @@ type Process struct {
 	lateBytes atomic.Int64       // read after output stopped being waited for (extendDrain)
 	pacing    context.Context    // the drains' paced writes wait for followers until it is done
 	hurry     context.CancelFunc // ends pacing: output is no longer waited for
+
+	logger  *slog.Logger
+	cgroups *cgroup.Manager // nil: no cgroups
+	cg      *cgroup.Group   // its own cgroup; nil without one
 
 	done chan struct{} // closed once exit is set and the log is closed
 	exit Exit          // valid after done
@@ -434,6 +448,24 @@ func (p *Process) endReason(ex reaper.Exit) EndReason {
 	return EndSignaled
 }
 
+// readCgroup completes the exit from the process's cgroup: an OOM kill, the
+// memory peak; then removes the cgroup (kept for later if orphans of the
+// process still live in it).
+func (p *Process) readCgroup(ex reaper.Exit) {
+	if p.cg == nil {
+		return
+	}
+	if p.exit.Reason == EndSignaled && ex.Status.Signal() == syscall.SIGKILL {
+		if n, err := p.cg.OOMKills(); err == nil && n > 0 {
+			p.exit.Reason = EndOOMKilled
+		}
+	}
+	if peak, err := p.cg.MemoryPeak(); err == nil && p.exit.Usage != nil {
+		p.exit.Usage.MemoryPeak = int64(peak)
+	}
+	p.cg.Remove()
+}
+
 // usage converts wait4's rusage.
 func usage(ex reaper.Exit) *Usage {
 	if ex.Usage == nil {
@@ -482,6 +514,7 @@ func (p *Process) wait(exitc <-chan reaper.Exit, cleanup func()) {
 	}
 	p.closeStdin()
 	p.exit = Exit{Code: ex.Code(), Exited: ex.Status.Exited(), Status: ex.String(), Reason: p.endReason(ex), Usage: usage(ex)}
+	p.readCgroup(ex)
 	p.log.Close()
 	cleanup()
 	close(p.done)

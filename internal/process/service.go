@@ -228,6 +228,8 @@ func endReason(r EndReason) pb.ProcessEvent_EndReason {
 		return pb.ProcessEvent_END_REASON_CLIENT_SIGNAL
 	case EndShutdown:
 		return pb.ProcessEvent_END_REASON_SHUTDOWN
+	case EndOOMKilled:
+		return pb.ProcessEvent_END_REASON_OOM_KILLED
 	}
 	return pb.ProcessEvent_END_REASON_UNSPECIFIED
 }
@@ -254,9 +256,10 @@ func sendEnd(p *Process, typed bool, send func(*pb.ProcessEvent) error) error {
 		end.Reason = endReason(ex.Reason)
 		if u := ex.Usage; u != nil {
 			end.Usage = &pb.ProcessEvent_ResourceUsage{
-				UserCpuUs:   uint64(u.UserCPU.Microseconds()),
-				SystemCpuUs: uint64(u.SystemCPU.Microseconds()),
-				MaxRssBytes: uint64(max(u.MaxRSS, 0)),
+				UserCpuUs:       uint64(u.UserCPU.Microseconds()),
+				SystemCpuUs:     uint64(u.SystemCPU.Microseconds()),
+				MaxRssBytes:     uint64(max(u.MaxRSS, 0)),
+				MemoryPeakBytes: uint64(max(u.MemoryPeak, 0)),
 			}
 		}
 	}

@@ -1,0 +1,473 @@
+// Package cgroup makes, joins, freezes and reads the cgroups that hold the
+// workload envd starts, on cgroup v2 or on the v1 freezer and memory
+// hierarchies.
+//
+// Layout. envd makes its tree under its own cgroup in each hierarchy it uses
+// (read from /proc/self/cgroup, so a supervisor's placement of envd is
+// respected): <own>/<Root>/{user,pty,jupyter}. Every process envd starts gets
+// a cgroup of its own under user (pipes) or pty (terminals), removed once it
+// ended and emptied; the Jupyter server and its kernels share jupyter. envd
+// itself stays in its own cgroup, outside the tree, so freezing the tree
+// never freezes envd.
+//
+// Joining before any user code runs. On v2 the child is cloned straight
+// into its cgroup (clone3 with CLONE_INTO_CGROUP, SysProcAttr.UseCgroupFD).
+// v1 has no such call: the forking OS thread (locked to its goroutine) moves
+// itself into the cgroup, forks, and moves back, so the child is born in it
+// (a child inherits its forking thread's cgroups). Go creates new threads
+// from a template thread while a goroutine is locked, so no other thread
+// inherits the move. See Group.Start.
+package cgroup
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Version is a cgroup hierarchy's version.
+type Version int
+
+// Versions; Auto picks v2 when /sys/fs/cgroup is a cgroup2 mount, else v1.
+const (
+	Auto Version = 0
+	V1   Version = 1
+	V2   Version = 2
+)
+
+func (v Version) String() string {
+	switch v {
+	case V1:
+		return "v1"
+	case V2:
+		return "v2"
+	}
+	return "auto"
+}
+
+// Names of envd's workload cgroups under its root.
+const (
+	User    = "user"    // processes with pipes
+	PTY     = "pty"     // processes on a terminal
+	Jupyter = "jupyter" // the Jupyter server and its kernels
+)
+
+// ErrUnavailable: cgroups cannot be used on this machine (no hierarchy
+// mounted, no freezer, not root).
+var ErrUnavailable = errors.New("cgroups unavailable")
+
+// ErrFrozen: the workload is frozen for a snapshot; a v1 start must wait for
+// the thaw (see Group.Start).
+var ErrFrozen = errors.New("the workload is frozen for a snapshot: thaw it first (POST /unfreeze)")
+
+// Options configures New.
+type Options struct {
+	Logger *slog.Logger // zero: slog.Default()
+	// Root names envd's tree under envd's own cgroup in each hierarchy.
+	// Zero: "envd". Tests use a name of their own.
+	Root string
+	// Version forces a version. Zero: Auto.
+	Version Version
+	// SweepRoot is where a hierarchy freeze (Freeze with Hierarchy) starts
+	// walking, relative to the hierarchy's root. Zero: "/", the whole
+	// hierarchy. Tests bound the walk to a tree of their own.
+	SweepRoot string
+}
+
+// hier is one hierarchy envd uses: where it is mounted and envd's own cgroup
+// in it, as a directory.
+type hier struct {
+	mount string // mount point
+	own   string // envd's own cgroup's directory
+}
+
+// Manager is envd's cgroup tree.
+type Manager struct {
+	log       *slog.Logger
+	version   Version
+	root      string // Options.Root
+	sweepRoot string
+	// v2: the one hierarchy. v1: freezer (required) and memory (nil when
+	// not mounted).
+	v2, freezer, memory *hier
+	seq                 atomic.Uint64
+
+	// placing is held (read) by v1 starts across their thread's stay in a
+	// workload cgroup, and (write) by Freeze while it sets frozen: a start
+	// never moves envd's thread into a frozen cgroup.
+	placing sync.RWMutex
+	frozen  bool // guarded by placing
+
+	// frozenByUs lists the cgroups Freeze froze, for Thaw. Guarded by
+	// freezeMu (Freeze and Thaw are serialized by it).
+	freezeMu   sync.Mutex
+	frozenByUs []string
+
+	lingerMu sync.Mutex
+	linger   map[string]*Group // per-process cgroups left busy by orphans; guarded by lingerMu
+}
+
+// New finds the hierarchies, makes envd's tree and its workload cgroups.
+// An error wrapping ErrUnavailable means cgroups cannot be used here: run
+// without them.
+func New(o Options) (*Manager, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Root == "" {
+		o.Root = "envd"
+	}
+	if strings.Contains(o.Root, "..") || filepath.IsAbs(o.Root) {
+		return nil, fmt.Errorf("cgroup root %q: want a relative name without '..'", o.Root)
+	}
+	if o.SweepRoot == "" {
+		o.SweepRoot = "/"
+	}
+	m := &Manager{log: o.Logger, root: o.Root, sweepRoot: o.SweepRoot, linger: map[string]*Group{}}
+	mounts, err := readMounts()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	own, err := readOwn()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	v := o.Version
+	if v == Auto {
+		v = V1
+		if mt, ok := mounts.v2["/sys/fs/cgroup"]; ok && mt == "/" {
+			v = V2
+		}
+	}
+	m.version = v
+	switch v {
+	case V2:
+		h, err := mounts.hierV2(own)
+		if err != nil {
+			return nil, err
+		}
+		m.v2 = h
+	case V1:
+		h, err := mounts.hierV1("freezer", own)
+		if err != nil {
+			return nil, err
+		}
+		m.freezer = h
+		if h, err := mounts.hierV1("memory", own); err == nil {
+			m.memory = h
+		} else {
+			m.log.Warn("cgroup v1 memory hierarchy unusable: no OOM ends or memory peaks", "err", err)
+		}
+	default:
+		return nil, fmt.Errorf("cgroup version %d: want 1 or 2", v)
+	}
+	for _, name := range []string{"", User, PTY, Jupyter} {
+		if _, err := m.group(name, true); err != nil {
+			m.removeTree()
+			return nil, fmt.Errorf("%w: make envd's cgroups: %v", ErrUnavailable, err)
+		}
+	}
+	return m, nil
+}
+
+// Version is the cgroup version in use.
+func (m *Manager) Version() Version { return m.version }
+
+// Dirs lists the directories of cgroup rel (relative to envd's root) in
+// every hierarchy used, the freezer's (or v2's) first.
+func (m *Manager) dirs(rel string) []string {
+	var out []string
+	for _, h := range m.hiers() {
+		out = append(out, filepath.Join(h.own, m.root, rel))
+	}
+	return out
+}
+
+func (m *Manager) hiers() []*hier {
+	if m.v2 != nil {
+		return []*hier{m.v2}
+	}
+	hs := []*hier{m.freezer}
+	if m.memory != nil {
+		hs = append(hs, m.memory)
+	}
+	return hs
+}
+
+// Group is one cgroup of envd's tree, in every hierarchy used.
+type Group struct {
+	m   *Manager
+	rel string // relative to envd's root
+}
+
+// Group returns the workload cgroup name (User, PTY or Jupyter).
+func (m *Manager) Group(name string) *Group { return &Group{m: m, rel: name} }
+
+// group makes (mkdir -p) cgroup rel in every hierarchy when make is set.
+func (m *Manager) group(rel string, mk bool) (*Group, error) {
+	g := &Group{m: m, rel: rel}
+	if mk {
+		for _, d := range m.dirs(rel) {
+			if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				g.Remove()
+				return nil, fmt.Errorf("make cgroup: %w", err)
+			}
+		}
+		if m.v2 != nil {
+			m.enableControllers(filepath.Join(m.v2.own, m.root, rel))
+		}
+	}
+	return g, nil
+}
+
+// enableControllers turns on, in dir's children, the controllers envd reads
+// (memory: OOM kills and peaks; pids, cpu). Best effort: a controller not
+// offered, or refused (dir holds processes), is left off.
+func (m *Manager) enableControllers(dir string) {
+	avail, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return
+	}
+	for _, c := range strings.Fields(string(avail)) {
+		if c == "memory" || c == "pids" || c == "cpu" {
+			_ = os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+"+c), 0)
+		}
+	}
+}
+
+// NewChild makes a cgroup of its own under g for one process.
+// Its name is new: a name another envd in the same cgroup (tests run
+// several) took already is skipped.
+func (g *Group) NewChild() (*Group, error) {
+	g.m.retryLingering()
+	for range 64 {
+		rel := filepath.Join(g.rel, "p"+strconv.FormatUint(g.m.seq.Add(1), 10))
+		err := os.Mkdir(g.m.dirs(rel)[0], 0o755)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("make cgroup: %w", err)
+		}
+		return g.m.group(rel, true)
+	}
+	return nil, fmt.Errorf("make cgroup under %s: every name tried is taken", g.rel)
+}
+
+// Path is g's path relative to envd's root.
+func (g *Group) Path() string { return g.rel }
+
+// Remove removes g from every hierarchy. A cgroup that still holds
+// processes (orphans of g's process) cannot go: it is kept, still frozen
+// with the workload, and removed later once empty.
+func (g *Group) Remove() error {
+	var errs []error
+	ds := g.m.dirs(g.rel)
+	for i := len(ds) - 1; i >= 0; i-- {
+		if err := os.Remove(ds[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	err := errors.Join(errs...)
+	g.m.lingerMu.Lock()
+	if err != nil {
+		if len(g.m.linger) < maxLinger {
+			g.m.linger[g.rel] = g
+		}
+	} else {
+		delete(g.m.linger, g.rel)
+	}
+	g.m.lingerMu.Unlock()
+	return err
+}
+
+// maxLinger bounds the busy per-process cgroups remembered for removal.
+const maxLinger = 1024
+
+// retryLingering removes the per-process cgroups that were busy and are
+// empty now.
+func (m *Manager) retryLingering() {
+	m.lingerMu.Lock()
+	gs := make([]*Group, 0, len(m.linger))
+	for _, g := range m.linger {
+		gs = append(gs, g)
+	}
+	m.lingerMu.Unlock()
+	for _, g := range gs {
+		g.Remove()
+	}
+}
+
+// Close removes envd's tree, as far as it is empty (the tests' trees; envd
+// leaves its own in place at exit only if processes outlive it).
+func (m *Manager) Close() error {
+	if m == nil {
+		return nil
+	}
+	return m.removeTree()
+}
+
+func (m *Manager) removeTree() error {
+	var errs []error
+	for _, h := range m.hiers() {
+		if h == nil {
+			continue
+		}
+		if err := removeAll(filepath.Join(h.own, m.root)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeAll removes an empty cgroup tree bottom-up (rmdir: a cgroup's files
+// are not files).
+func removeAll(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	var errs []error
+	for _, e := range ents {
+		if e.IsDir() {
+			if err := removeAll(filepath.Join(dir, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dir, err))
+	}
+	return errors.Join(errs...)
+}
+
+// mounts is what /proc/self/mountinfo says of cgroup filesystems.
+type mounts struct {
+	v2 map[string]string            // mount point -> root of the mount
+	v1 map[string]map[string]string // controller -> mount point -> root
+}
+
+func readMounts() (*mounts, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ms := &mounts{v2: map[string]string{}, v1: map[string]map[string]string{}}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint opts [optional...] - fstype source superopts
+		fs := strings.Fields(sc.Text())
+		sep := -1
+		for i, f := range fs {
+			if f == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 5 || len(fs) < sep+4 {
+			continue
+		}
+		root, point, fstype := unescape(fs[3]), unescape(fs[4]), fs[sep+1]
+		switch fstype {
+		case "cgroup2":
+			ms.v2[point] = root
+		case "cgroup":
+			for _, opt := range strings.Split(fs[sep+3], ",") {
+				if ms.v1[opt] == nil {
+					ms.v1[opt] = map[string]string{}
+				}
+				ms.v1[opt][point] = root
+			}
+		}
+	}
+	return ms, sc.Err()
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// ownCgroups is /proc/self/cgroup: controller ("" for v2) -> path.
+type ownCgroups map[string]string
+
+func readOwn() (ownCgroups, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	own := ownCgroups{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			own[""] = parts[2]
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			own[c] = parts[2]
+		}
+	}
+	return own, nil
+}
+
+// dirOf maps a cgroup path to its directory in a mount of the hierarchy
+// whose root is root; ok is false when the mount does not show it.
+func dirOf(point, root, path string) (string, bool) {
+	rel, err := filepath.Rel(root, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", false
+	}
+	return filepath.Join(point, rel), true
+}
+
+func (ms *mounts) hierV2(own ownCgroups) (*hier, error) {
+	path, ok := own[""]
+	if !ok {
+		return nil, fmt.Errorf("%w: envd is in no cgroup v2 (no 0:: line in /proc/self/cgroup)", ErrUnavailable)
+	}
+	for point, root := range ms.v2 {
+		if d, ok := dirOf(point, root, path); ok {
+			return &hier{mount: point, own: d}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: no cgroup2 mount shows envd's cgroup %s", ErrUnavailable, path)
+}
+
+func (ms *mounts) hierV1(ctl string, own ownCgroups) (*hier, error) {
+	path, ok := own[ctl]
+	if !ok {
+		return nil, fmt.Errorf("%w: no cgroup v1 %s hierarchy in /proc/self/cgroup", ErrUnavailable, ctl)
+	}
+	for point, root := range ms.v1[ctl] {
+		if d, ok := dirOf(point, root, path); ok {
+			return &hier{mount: point, own: d}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: no cgroup v1 %s mount shows envd's cgroup %s", ErrUnavailable, ctl, path)
+}

@@ -1,0 +1,8 @@
+package httpapi
+
+// HoldLock takes the hooks' one lock, as a freeze in progress would, until
+// the returned function is called.
+func HoldLock(h *Hooks) (release func()) {
+	h.mu.Lock()
+	return h.mu.Unlock
+}
