@@ -131,8 +131,13 @@ func TestStartJoins(t *testing.T) {
 					t.Errorf("child's cgroup line %q: want it in %s", line, g.Path())
 				}
 			}
-			pids, err := g.Procs()
-			if err != nil || len(pids) != 1 || pids[0] != cmd.Process.Pid {
+			// The shell's cat may not have exited yet: it was there too.
+			var pids []int
+			var err error
+			if !testutil.PollFor(testutil.Wait, func() bool {
+				pids, err = g.Procs()
+				return err == nil && len(pids) == 1
+			}) || pids[0] != cmd.Process.Pid {
 				t.Errorf("cgroup.procs %v, %v: want [%d]", pids, err, cmd.Process.Pid)
 			}
 			if after := threadCgroups(t); after != before {
