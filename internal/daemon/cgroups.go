@@ -66,6 +66,22 @@ func jupyterPlace(cg *cgroup.Manager, log *slog.Logger) func(*exec.Cmd, func() e
 	}
 }
 
+// kernelOOMKills counts the OOM killer's kills in the jupyter cgroup (the
+// kernels'). Nil without cgroups, or without a memory controller.
+func kernelOOMKills(cg *cgroup.Manager) func() uint64 {
+	if cg == nil {
+		return nil
+	}
+	g := cg.Group(cgroup.Jupyter)
+	if _, err := g.OOMKills(); err != nil {
+		return nil
+	}
+	return func() uint64 {
+		n, _ := g.OOMKills()
+		return n
+	}
+}
+
 // newHooks builds the snapshot hooks.
 func newHooks(cfg Config, log *slog.Logger, cg *cgroup.Manager) *httpapi.Hooks {
 	w := cfg.FSFreezeWatchdog

@@ -86,7 +86,7 @@ func (c *codeExec) kernelsUser() string {
 	return strconv.Itoa(os.Geteuid())
 }
 
-func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults, place func(*exec.Cmd, func() error) error) (*codeExec, error) {
+func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults, place func(*exec.Cmd, func() error) error, oomKills func() uint64) (*codeExec, error) {
 	c := &codeExec{log: log}
 	// Kernels and commands share one environment (sharedEnv): where
 	// packages are installed from code, PATH and the locale; the python3
@@ -158,6 +158,7 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults, place fu
 		GlobalEnv:   defs.InitEnv, // not the base: kernels have their own PATH
 		Logger:      log,
 		WarmKernels: warm,
+		OOMKills:    oomKills,
 	})
 	c.adapters(log, defs)
 	return c, nil

@@ -226,7 +226,7 @@ func newParts(cfg Config, user string) (*parts, error) {
 	routes = append(routes, httpapi.New(api).Routes()...)
 	p.hooks = newHooks(cfg, log, p.cg)
 	routes = append(routes, p.hooks.Routes()...)
-	code, err := newCodeExec(cfg, log, defs, jupyterPlace(p.cg, log))
+	code, err := newCodeExec(cfg, log, defs, jupyterPlace(p.cg, log), kernelOOMKills(p.cg))
 	if err != nil {
 		p.boot.stop()
 		p.hooks.Close()

@@ -78,6 +78,10 @@ type Options struct {
 	// costs an idle kernel's memory (a Python one about 70 MB). Zero
 	// (nil): none; envd's default is DefaultWarmKernels.
 	WarmKernels WarmKernels
+	// OOMKills, if set, counts the kernels the OOM killer has killed so
+	// far (the kernels' cgroup's oom_kill count): an execution whose
+	// kernel died while the count grew says the sandbox ran out of memory.
+	OOMKills func() uint64
 }
 
 // maxFinished bounds how many finished executions are kept for reattaching.
@@ -935,4 +939,12 @@ func (e *Engine) resolveCwd(cwd string) (string, error) {
 
 func badCwd(cause error, format string, args ...any) error {
 	return newErr(ErrBadCwd, cause, "%s: %s", ErrBadCwd.Error(), fmt.Sprintf(format, args...))
+}
+
+// oomKills is Options.OOMKills' count, 0 without it.
+func (e *Engine) oomKills() uint64 {
+	if e.opts.OOMKills == nil {
+		return 0
+	}
+	return e.opts.OOMKills()
 }

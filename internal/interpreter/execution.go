@@ -234,7 +234,19 @@ type runner struct {
 	replied    bool // the execute_reply came
 	restarted  bool // we restarted the kernel because it did not stop
 	aborted    bool // the kernel replied abort(ed)
+	// oomBefore is the kernels' OOM-kill count when the code was sent
+	// (Options.OOMKills).
+	oomBefore uint64
 }
+
+// oomKilled says that the OOM killer killed a kernel since the code was
+// sent: then, most likely, this one.
+func (r *runner) oomKilled() bool {
+	return r.x.eng.opts.OOMKills != nil && r.x.eng.oomKills() > r.oomBefore
+}
+
+// oomText explains a kernel death the OOM killer caused.
+const oomText = "The kernel was killed by the out-of-memory killer while running the code: the sandbox ran out of memory. "
 
 // abortSettle is how long an aborted request waits for its idle.
 const abortSettle = 2 * time.Second
@@ -307,6 +319,7 @@ func (x *Execution) run(ticket fifo.Ticket) {
 		return
 	}
 	restartsBefore := x.c.restartCount()
+	r.oomBefore = x.eng.oomKills()
 	je, err := ks.kernel.Execute(actx, x.code, jupyter.ExecuteOptions{})
 	if err != nil {
 		if actx.Err() != nil {
@@ -547,12 +560,19 @@ func (r *runner) kernelFailed(err error, restartsBefore int) {
 			r.finish(EndContextRestarted, &ErrorValue{Name: errNameRestarting, Value: "Context was restarted"})
 			return
 		}
-		r.finish(EndKernelDied, &ErrorValue{Name: errNameRestarting, Value: "The kernel died while running the code " +
-			"(for example os._exit() or a crash) and was restarted with fresh state: variables and imports are lost. " +
-			"The context is usable again."})
+		why := "The kernel died while running the code (for example os._exit() or a crash) and was restarted"
+		if r.oomKilled() {
+			why = oomText + "It was restarted"
+		}
+		r.finish(EndKernelDied, &ErrorValue{Name: errNameRestarting, Value: why +
+			" with fresh state: variables and imports are lost. The context is usable again."})
 	case errors.Is(err, jupyter.ErrKernelDied), errors.Is(err, jupyter.ErrKernelNotFound):
 		x.c.drop(r.ks)
-		r.finish(EndKernelDied, &ErrorValue{Name: errNameRestarting, Value: "The kernel died and could not be " +
+		why := "The kernel died and"
+		if r.oomKilled() {
+			why = oomText + "It"
+		}
+		r.finish(EndKernelDied, &ErrorValue{Name: errNameRestarting, Value: why + " could not be " +
 			"restarted; the next run in this context starts a new kernel with fresh state."})
 	case errors.Is(err, jupyter.ErrServerRestarted), errors.Is(err, jupyter.ErrConnectionLost) && r.serverDied():
 		r.ks.lossReported = true
