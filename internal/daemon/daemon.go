@@ -223,8 +223,9 @@ func newParts(cfg Config, user string) (*parts, error) {
 		{Pattern: procPath, Handler: procHandler},
 		{Pattern: filesPath, Handler: filesHandler},
 	}
-	routes = append(routes, httpapi.New(api).Routes()...)
 	p.hooks = newHooks(cfg, log, p.cg)
+	api.Resume = p.hooks.Resume
+	routes = append(routes, httpapi.New(api).Routes()...)
 	routes = append(routes, p.hooks.Routes()...)
 	code, err := newCodeExec(cfg, log, defs, jupyterPlace(p.cg, log), kernelOOMKills(p.cg))
 	if err != nil {

@@ -238,6 +238,37 @@ func (h *Hooks) thawFS() error {
 	return nil
 }
 
+// Resume thaws what the hooks froze, the root filesystem and the cgroups
+// /freeze froze (never what the guest froze itself): /init calls it, as
+// upstream's resume does, for a sandbox restored from a snapshot taken
+// frozen. It waits for a hook call in progress (they are bounded) rather
+// than refusing, and does nothing when nothing is frozen.
+func (h *Hooks) Resume() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var errs []error
+	h.fsMu.Lock()
+	fsFrozen := h.fsFrozen != nil
+	h.fsMu.Unlock()
+	if fsFrozen {
+		if err := h.thawFS(); err != nil {
+			errs = append(errs, err)
+		} else {
+			h.log.Info("filesystem thawed by /init")
+		}
+	}
+	if h.o.Cgroups != nil {
+		n, err := h.o.Cgroups.Thaw()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("thaw the workload: %w", err))
+		}
+		if n > 0 {
+			h.log.Info("workload thawed by /init", "cgroups", n)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Close thaws a filesystem envd left frozen (shutdown).
 func (h *Hooks) Close() error {
 	h.fsMu.Lock()

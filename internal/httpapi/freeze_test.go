@@ -161,6 +161,61 @@ func TestFreezeRoutes(t *testing.T) {
 	}
 }
 
+// TestInitResumes: /init thaws what /freeze froze (a sandbox resumed from a
+// snapshot taken frozen runs again), never a cgroup the guest froze
+// itself; an /init without the token thaws nothing.
+func TestInitResumes(t *testing.T) {
+	for _, v := range []cgroup.Version{cgroup.V1, cgroup.V2} {
+		t.Run(v.String(), func(t *testing.T) {
+			if os.Geteuid() != 0 {
+				t.Skip("the snapshot hooks need root")
+			}
+			cg := testCgroups(t, v)
+			hooks := httpapi.NewHooks(httpapi.HooksOptions{Logger: slog.New(slog.DiscardHandler), Cgroups: cg, FSPath: t.TempDir()})
+			t.Cleanup(func() { hooks.Close() })
+			e := newEnv(t, envOpts{hooks: hooks})
+			e.token.Set("tok")
+			start := func() *cgroup.Group {
+				g, err := cg.Group(cgroup.User).NewChild()
+				if err != nil {
+					t.Fatal(err)
+				}
+				cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
+				if err := g.Start(cmd, cmd.Start); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { cmd.Process.Kill(); g.Thaw(); cg.Thaw(); cmd.Wait(); g.Remove() })
+				return g
+			}
+			ours, guests := start(), start()
+			if err := guests.Freeze(); err != nil { // the guest freezes its own
+				t.Fatal(err)
+			}
+			if r := e.do(t, "POST", "/freeze", q("maxWaitMs", "15000"), tok, nil); r.status != 200 {
+				t.Fatalf("freeze: %d %s", r.status, r.body)
+			}
+			if ok, _ := ours.Frozen(); !ok {
+				t.Fatal("not frozen after /freeze")
+			}
+			if r := e.do(t, "POST", "/init", nil, nil, strings.NewReader(`{}`)); r.status != 401 {
+				t.Fatalf("/init without the token: %d %s", r.status, r.body)
+			}
+			if ok, _ := ours.Frozen(); !ok {
+				t.Fatal("an unauthorized /init thawed the workload")
+			}
+			if r := e.do(t, "POST", "/init", nil, nil, strings.NewReader(`{"accessToken":"tok"}`)); r.status != 204 {
+				t.Fatalf("/init: %d %s", r.status, r.body)
+			}
+			if ok, _ := ours.Frozen(); ok {
+				t.Error("still frozen after /init")
+			}
+			if ok, _ := guests.Frozen(); !ok {
+				t.Error("/init thawed a cgroup the guest froze itself")
+			}
+		})
+	}
+}
+
 // TestCollapse: /collapse answers its counts; on a kernel without
 // MADV_COLLAPSE every chunk is skipped, not an error.
 func TestCollapse(t *testing.T) {

@@ -56,6 +56,7 @@ type envOpts struct {
 	strict    bool // filesystem.Options.StrictUsers
 	boot      httpapi.BootMetadata
 	mounter   httpapi.Mounter
+	hooks     *httpapi.Hooks // their routes too, and /init resumes through them
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -71,7 +72,12 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if o.syncClock {
 		ao.SetClock = e.clock.Set
 	}
-	h, err := server.New(server.Options{Logger: log, Token: e.token, Routes: httpapi.New(ao).Routes()})
+	routes := []server.Route{}
+	if o.hooks != nil {
+		ao.Resume = o.hooks.Resume
+		routes = append(routes, o.hooks.Routes()...)
+	}
+	h, err := server.New(server.Options{Logger: log, Token: e.token, Routes: append(routes, httpapi.New(ao).Routes()...)})
 	if err != nil {
 		t.Fatal(err)
 	}

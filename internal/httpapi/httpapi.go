@@ -41,6 +41,10 @@ type Options struct {
 	// Mounter makes /init's NFS volume mounts. Nil: NFSMounter (mount(8)
 	// with mount.nfs).
 	Mounter Mounter
+	// Resume, if set, is called by every authorized /init first: it thaws
+	// what the snapshot hooks froze (Hooks.Resume), as a sandbox resumed
+	// from a snapshot must run again.
+	Resume func() error
 }
 
 // API serves the HTTP API.

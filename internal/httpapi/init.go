@@ -110,6 +110,14 @@ func (a *API) handleInit(w http.ResponseWriter, r *http.Request) {
 		server.WriteError(w, status, msg)
 		return
 	}
+	// A sandbox resumed from a snapshot taken frozen runs again, whatever
+	// else this /init carries.
+	if a.o.Resume != nil {
+		if err := a.o.Resume(); err != nil {
+			server.WriteError(w, http.StatusInternalServerError, "resume: "+err.Error())
+			return
+		}
+	}
 	// An /init older than one already applied arrived late: skip it.
 	if req.Timestamp != nil && !a.lastInit.IsZero() && !req.Timestamp.After(a.lastInit) {
 		a.log.Debug("ignored a stale /init", "timestamp", *req.Timestamp, "last", a.lastInit)
