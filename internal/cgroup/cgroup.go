@@ -20,7 +20,6 @@
 package cgroup
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +29,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/envd-dev/envd/internal/mountinfo"
 )
 
 // Version is a cgroup hierarchy's version.
@@ -355,60 +356,25 @@ type mounts struct {
 }
 
 func readMounts() (*mounts, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	all, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	ms := &mounts{v2: map[string]string{}, v1: map[string]map[string]string{}}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint opts [optional...] - fstype source superopts
-		fs := strings.Fields(sc.Text())
-		sep := -1
-		for i, f := range fs {
-			if f == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 5 || len(fs) < sep+4 {
-			continue
-		}
-		root, point, fstype := unescape(fs[3]), unescape(fs[4]), fs[sep+1]
-		switch fstype {
+	for _, m := range all {
+		switch m.FSType {
 		case "cgroup2":
-			ms.v2[point] = root
+			ms.v2[m.Point] = m.Root
 		case "cgroup":
-			for _, opt := range strings.Split(fs[sep+3], ",") {
+			for _, opt := range m.Super {
 				if ms.v1[opt] == nil {
 					ms.v1[opt] = map[string]string{}
 				}
-				ms.v1[opt][point] = root
+				ms.v1[opt][m.Point] = m.Root
 			}
 		}
 	}
-	return ms, sc.Err()
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return ms, nil
 }
 
 // ownCgroups is /proc/self/cgroup: controller ("" for v2) -> path.

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/envd-dev/envd/internal/mountinfo"
 	"github.com/envd-dev/envd/internal/reaper"
 )
 
@@ -233,47 +232,19 @@ type mountEntry struct {
 
 // mountAt returns the topmost mount at path, if any.
 func mountAt(path string) (mountEntry, bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	all, err := mountinfo.Read()
 	if err != nil {
 		return mountEntry{}, false, err
 	}
-	defer f.Close()
 	var found mountEntry
 	ok := false
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// ID PARENT MAJ:MIN ROOT POINT OPTIONS [TAGS...] - FSTYPE SOURCE SUPER
-		pre, post, cut := strings.Cut(sc.Text(), " - ")
-		fields, tail := strings.Fields(pre), strings.Fields(post)
-		if !cut || len(fields) < 5 || len(tail) < 2 {
-			continue
-		}
-		if unescapeMount(fields[4]) == path {
-			found = mountEntry{point: path, fstype: tail[0], source: unescapeMount(tail[1])}
+	for _, m := range all {
+		if m.Point == path {
+			found = mountEntry{point: path, fstype: m.FSType, source: m.Source}
 			ok = true // later lines are mounted on top of earlier ones
 		}
 	}
-	return found, ok, sc.Err()
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return found, ok, nil
 }
 
 // isNFS tells whether a mount is NFS's.

@@ -140,33 +140,8 @@ func relayOnce(n int64) (time.Duration, error) {
 		return 0, err
 	}
 	defer conn.Close()
-	cmd := exec.Command("head", "-c", strconv.FormatInt(n, 10), "/dev/zero")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return 0, err
-	}
-	defer out.Close()
-	exited, err := reaper.Start(cmd)
-	if err != nil {
-		return 0, err
-	}
-	buf := make([]byte, 32<<10)
-	for {
-		k, err := out.Read(buf)
-		if k > 0 {
-			if _, werr := conn.Write(buf[:k]); werr != nil {
-				return 0, werr
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return 0, err
-		}
-	}
-	if ex := <-exited; ex.Code() != 0 {
-		return 0, fmt.Errorf("relay: head ended with %s", ex)
+	if _, err := copyHead(n, conn); err != nil {
+		return 0, fmt.Errorf("relay: %w", err)
 	}
 	conn.(*net.TCPConn).CloseWrite()
 	r := <-sunk
@@ -183,6 +158,20 @@ func relayOnce(n int64) (time.Duration, error) {
 // pipeOnce reads n bytes of `head -c n /dev/zero` through a local pipe.
 func pipeOnce(n int64) (time.Duration, error) {
 	began := time.Now()
+	got, err := copyHead(n, io.Discard)
+	if err != nil {
+		return 0, fmt.Errorf("pipe: %w", err)
+	}
+	d := time.Since(began)
+	if got != n {
+		return 0, fmt.Errorf("pipe: got %d bytes of %d", got, n)
+	}
+	return d, nil
+}
+
+// copyHead runs `head -c n /dev/zero` and copies its stdout to w with the
+// 32 KiB reads envd makes; it returns once head has exited.
+func copyHead(n int64, w io.Writer) (int64, error) {
 	cmd := exec.Command("head", "-c", strconv.FormatInt(n, 10), "/dev/zero")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -198,20 +187,21 @@ func pipeOnce(n int64) (time.Duration, error) {
 	var got int64
 	for {
 		k, err := out.Read(buf)
-		got += int64(k)
+		if k > 0 {
+			if _, werr := w.Write(buf[:k]); werr != nil {
+				return got, werr
+			}
+			got += int64(k)
+		}
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return 0, err
+			return got, err
 		}
 	}
 	if ex := <-exited; ex.Code() != 0 {
-		return 0, fmt.Errorf("pipe: head ended with %s", ex)
+		return got, fmt.Errorf("head ended with %s", ex)
 	}
-	d := time.Since(began)
-	if got != n {
-		return 0, fmt.Errorf("pipe: got %d bytes of %d", got, n)
-	}
-	return d, nil
+	return got, nil
 }
