@@ -208,6 +208,9 @@ func TestEnvctlRun(t *testing.T) {
 				if rss := maxRSS(r.stderr); rss < 64<<20 {
 					t.Errorf("run --verbose %q: max RSS %.0f bytes, want 64 MiB or more (dd's buffer): %q", tt.args, rss, r.stderr)
 				}
+				if peak := memoryPeak(r.stderr); peak < 64<<20 {
+					t.Errorf("run --verbose %q: memory peak %.0f bytes, want 64 MiB or more (dd's buffer, in the process's cgroup): %q", tt.args, peak, r.stderr)
+				}
 			}
 			if tt.code == 128+15 && r.stdout != "out\n" {
 				t.Errorf("run --verbose %q: stdout %q", tt.args, r.stdout)
@@ -218,7 +221,8 @@ func TestEnvctlRun(t *testing.T) {
 
 // verboseLine is run --verbose's line: why the command ended, then what it
 // used.
-var verboseLine = regexp.MustCompile(`^envctl: (.+) \(user \d+\.\d\ds, system \d+\.\d\ds, max RSS (\d+(?:\.\d)?) (B|KiB|MiB|GiB)\)$`)
+// The memory peak is the process's cgroup's (envd's cgroups are on here).
+var verboseLine = regexp.MustCompile(`^envctl: (.+) \(user \d+\.\d\ds, system \d+\.\d\ds, max RSS (\d+(?:\.\d)?) (B|KiB|MiB|GiB)(?:, memory peak (\d+(?:\.\d)?) (B|KiB|MiB|GiB))?\)$`)
 
 // verboseEnd tells whether stderr ends with run --verbose's line saying
 // why.
@@ -231,14 +235,20 @@ func verboseEnd(t *testing.T, stderr, why string) bool {
 
 // maxRSS is the peak RSS run --verbose's last line reports, in bytes (-1
 // if there is none).
-func maxRSS(stderr string) float64 {
+func maxRSS(stderr string) float64 { return verboseBytes(stderr, 2) }
+
+// memoryPeak is the cgroup memory peak run --verbose's last line reports,
+// in bytes (-1 if there is none).
+func memoryPeak(stderr string) float64 { return verboseBytes(stderr, 4) }
+
+func verboseBytes(stderr string, group int) float64 {
 	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
 	m := verboseLine.FindStringSubmatch(lines[len(lines)-1])
-	if m == nil {
+	if m == nil || m[group] == "" {
 		return -1
 	}
-	n, _ := strconv.ParseFloat(m[2], 64)
-	return n * map[string]float64{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[m[3]]
+	n, _ := strconv.ParseFloat(m[group], 64)
+	return n * map[string]float64{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[m[group+1]]
 }
 
 // TestEnvctlPTY runs an interactive shell through envctl --pty, with
