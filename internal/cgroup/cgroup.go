@@ -64,6 +64,10 @@ const (
 // mounted, no freezer, not root).
 var ErrUnavailable = errors.New("cgroups unavailable")
 
+// ErrJoin: the child could not be placed in its cgroup (it was removed
+// from outside meanwhile); nothing was started.
+var ErrJoin = errors.New("cannot join the process's cgroup")
+
 // ErrFrozen: the workload is frozen for a snapshot; a v1 start must wait for
 // the thaw (see Group.Start).
 var ErrFrozen = errors.New("the workload is frozen for a snapshot: thaw it first (POST /unfreeze)")
@@ -181,6 +185,9 @@ func New(o Options) (*Manager, error) {
 // Version is the cgroup version in use.
 func (m *Manager) Version() Version { return m.version }
 
+// Root is the name of envd's tree (Options.Root).
+func (m *Manager) Root() string { return m.root }
+
 // Dirs lists the directories of cgroup rel (relative to envd's root) in
 // every hierarchy used, the freezer's (or v2's) first.
 func (m *Manager) dirs(rel string) []string {
@@ -228,6 +235,28 @@ func (m *Manager) group(rel string, mk bool) (*Group, error) {
 	return g, nil
 }
 
+// remake makes envd's root and the cgroup rel under it again, in every
+// hierarchy, where they are missing.
+func (m *Manager) remake(rel string) error {
+	for _, h := range m.hiers() {
+		if h == nil {
+			continue
+		}
+		dir := filepath.Join(h.own, m.root)
+		for _, name := range append([]string{""}, strings.Split(rel, string(filepath.Separator))...) {
+			dir = filepath.Join(dir, name)
+			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return fmt.Errorf("make cgroup %s again: %w", dir, err)
+			}
+			if h == m.v2 {
+				m.enableControllers(dir)
+			}
+		}
+	}
+	m.log.Warn("envd's cgroup was removed from outside: made again", "cgroup", filepath.Join(m.root, rel))
+	return nil
+}
+
 // enableControllers turns on, in dir's children, the controllers envd reads
 // (memory: OOM kills and peaks; pids, cpu). Best effort: a controller not
 // offered, or refused (dir holds processes), is left off.
@@ -246,6 +275,9 @@ func (m *Manager) enableControllers(dir string) {
 // NewChild makes a cgroup of its own under g for one process.
 // Its name is new: a name another envd in the same cgroup (tests run
 // several) took already is skipped.
+//
+// A parent that is gone (removed from outside, or by another envd sharing
+// the tree's name as it shut down) is made again.
 func (g *Group) NewChild() (*Group, error) {
 	g.m.retryLingering()
 	for range 64 {
@@ -254,10 +286,23 @@ func (g *Group) NewChild() (*Group, error) {
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
+		if errors.Is(err, os.ErrNotExist) {
+			if err := g.m.remake(g.rel); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("make cgroup: %w", err)
 		}
-		return g.m.group(rel, true)
+		child, err := g.m.group(rel, true)
+		if errors.Is(err, os.ErrNotExist) { // gone in another hierarchy
+			if err := g.m.remake(g.rel); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		return child, err
 	}
 	return nil, fmt.Errorf("make cgroup under %s: every name tried is taken", g.rel)
 }

@@ -294,3 +294,28 @@ func TestFreezeNoWait(t *testing.T) {
 		})
 	}
 }
+
+// TestTreeRemovedFromOutside: another envd sharing the tree's name removes
+// it as it shuts down (its Close removes every empty cgroup of the tree);
+// the next process still gets a cgroup of its own, under a tree made
+// again.
+func TestTreeRemovedFromOutside(t *testing.T) {
+	for _, v := range versions(t) {
+		t.Run(v.String(), func(t *testing.T) {
+			m := newManager(t, v)
+			root := m.Root()
+			other, err := cgroup.New(cgroup.Options{Version: v, Root: root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := other.Close(); err != nil {
+				t.Fatalf("the other envd's Close: %v", err)
+			}
+			cmd, g := startIn(t, m, cgroup.User, "sleep", "60")
+			pids, err := g.Procs()
+			if err != nil || len(pids) != 1 || pids[0] != cmd.Process.Pid {
+				t.Errorf("cgroup.procs %v, %v: want [%d]", pids, err, cmd.Process.Pid)
+			}
+		})
+	}
+}

@@ -37,7 +37,7 @@ func (g *Group) startV2(cmd *exec.Cmd, start func() error) error {
 	dir := g.m.dirs(g.rel)[0]
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("open cgroup %s: %w", dir, err)
+		return fmt.Errorf("%w: open cgroup %s: %w", ErrJoin, dir, err)
 	}
 	defer unix.Close(fd)
 	if cmd.SysProcAttr == nil {
@@ -72,10 +72,10 @@ func (g *Group) startV1(start func() error) error {
 		if err := writeFile(filepath.Join(dirs[i], "tasks"), tid); err != nil {
 			if berr := back(); berr != nil {
 				m.log.Error("envd's thread is stuck in a workload cgroup: it ends with its goroutine", "err", berr)
-				return fmt.Errorf("join cgroup %s: %w", dirs[i], err)
+				return fmt.Errorf("%w: cgroup %s: %w", ErrJoin, dirs[i], err)
 			}
 			runtime.UnlockOSThread()
-			return fmt.Errorf("join cgroup %s: %w", dirs[i], err)
+			return fmt.Errorf("%w: cgroup %s: %w", ErrJoin, dirs[i], err)
 		}
 		moved = append(moved, h)
 	}

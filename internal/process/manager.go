@@ -356,6 +356,14 @@ func (p *Process) startChild(cmd *exec.Cmd, o StartOptions) (<-chan reaper.Exit,
 		exitc, err = reaper.Start(cmd)
 		return err
 	})
+	if errors.Is(err, cgroup.ErrJoin) {
+		g.Remove()
+		p.logger.Warn("cannot place a process in its cgroup: starting it without one", "err", err)
+		if cmd.SysProcAttr != nil {
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = false, 0
+		}
+		return reaper.Start(cmd)
+	}
 	if err != nil {
 		g.Remove()
 		return nil, err

@@ -8,11 +8,15 @@ package e2e_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +28,7 @@ import (
 
 	pb "github.com/envd-dev/envd/gen/process"
 	"github.com/envd-dev/envd/gen/process/processconnect"
+	"github.com/envd-dev/envd/internal/cgroup"
 	"github.com/envd-dev/envd/internal/procstat"
 	"github.com/envd-dev/envd/internal/testutil"
 )
@@ -143,7 +148,16 @@ func launch(t *testing.T, o startOptions) *envd {
 		if !o.jupyter {
 			base = append(base, "-no-jupyter")
 		}
+		if !slices.Contains(args, "-cgroup-root") {
+			// A cgroup tree of its own: envds sharing one remove each
+			// other's empty cgroups as they shut down.
+			base = append(base, "-cgroup-root", "envd-e2e-"+randomName())
+		}
 		args = append(base, args...)
+	}
+	cgroupRoot := ""
+	if i := slices.Index(args, "-cgroup-root"); i >= 0 && i+1 < len(args) {
+		cgroupRoot = args[i+1]
 	}
 	e := &envd{
 		url:    "http://127.0.0.1:" + strconv.Itoa(o.port),
@@ -167,6 +181,16 @@ func launch(t *testing.T, o startOptions) *envd {
 	}()
 	t.Cleanup(func() {
 		e.kill(t)
+		if cgroupRoot != "" {
+			// A killed envd leaves its (empty) tree: remove it.
+			// Its processes were sent SIGKILL; they leave their cgroups
+			// as they exit, soon after.
+			if m, err := cgroup.New(cgroup.Options{Root: cgroupRoot, Logger: slog.New(slog.DiscardHandler)}); err == nil {
+				if !testutil.PollFor(requestTimeout, func() bool { return m.Close() == nil }) {
+					t.Errorf("remove envd's cgroups: %v", m.Close())
+				}
+			}
+		}
 		if strings.Contains(e.stderr.String(), "WARNING: DATA RACE") {
 			t.Errorf("envd reported a data race:\n%s", e.stderr)
 		}
@@ -414,4 +438,11 @@ func run(ctx context.Context, pc processconnect.ProcessClient, req *pb.StartRequ
 		}
 	}
 	return out.String(), end, stream.Err()
+}
+
+// randomName is 12 random hex digits.
+func randomName() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -3,8 +3,6 @@ package e2e_test
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -46,9 +44,7 @@ func TestKernelOOMSaysSo(t *testing.T) {
 	if mem == "" {
 		t.Skip("no v1 memory hierarchy here")
 	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	root := "envd-oom-" + hex.EncodeToString(b)
+	root := "envd-oom-" + randomName()
 	e := startEnvd(t, startOptions{jupyter: true, args: []string{"-cgroup-root", root, "-warm-kernels", "python=0"}})
 	c := client.New(client.Options{Addr: e.url})
 	defer c.Close()
