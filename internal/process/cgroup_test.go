@@ -47,9 +47,14 @@ func TestCgroupPlacement(t *testing.T) {
 			out := t.TempDir() + "/out"
 			for _, pty := range []bool{false, true} {
 				o := process.StartOptions{
-					Config: process.Config{Cmd: "/bin/sh", Args: []string{"-c", "cat /proc/self/cgroup /proc/self/oom_score_adj > " + out}},
-					User:   lookup(t, "root"),
-					Dir:    "/",
+					// envd sets the value just after the start, and on
+					// what the shell forked before (the sleep, at once):
+					// wait for both, then report what a new child gets.
+					Config: process.Config{Cmd: "/bin/sh", Args: []string{"-c", "sleep 60 & " +
+						`until [ "$(cat /proc/$$/oom_score_adj)" = 100 ] && [ "$(cat /proc/$!/oom_score_adj)" = 100 ]; do :; done; kill $!; ` +
+						"cat /proc/self/cgroup /proc/self/oom_score_adj > " + out}},
+					User: lookup(t, "root"),
+					Dir:  "/",
 				}
 				parent := "/user/p"
 				if pty {

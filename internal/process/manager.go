@@ -144,9 +144,7 @@ func (m *Manager) Start(o StartOptions) (*Process, error) {
 		return nil, err
 	}
 	if m.opts.OOMScoreAdj != 0 {
-		if err := cgroup.SetOOMScoreAdj(int(p.pid), m.opts.OOMScoreAdj); err != nil {
-			m.logger.Debug("cannot set a process's oom_score_adj", "pid", p.pid, "err", err)
-		}
+		m.setOOMScore(p)
 	}
 	m.register(p)
 	m.startPumps(p, exitc, o)
@@ -332,6 +330,38 @@ func (p *Process) spawn(cmd *exec.Cmd, childEnds []*os.File, o StartOptions) (<-
 		sigMu.Unlock()
 	}
 	return exitc, nil
+}
+
+// setOOMScore gives p the workload's oom_score_adj, and whatever p forked
+// before it had it (they inherited envd's, the OOM killer's last pick):
+// the members of p's cgroup, looked at again until none is new. A process
+// forked after its parent was set inherits the value.
+func (m *Manager) setOOMScore(p *Process) {
+	if err := cgroup.SetOOMScoreAdj(int(p.pid), m.opts.OOMScoreAdj); err != nil {
+		m.logger.Debug("cannot set a process's oom_score_adj", "pid", p.pid, "err", err)
+		return
+	}
+	if p.cg == nil {
+		return
+	}
+	set := map[int]bool{int(p.pid): true}
+	for range 8 {
+		pids, err := p.cg.Procs()
+		if err != nil {
+			return
+		}
+		fresh := 0
+		for _, pid := range pids {
+			if !set[pid] {
+				set[pid] = true
+				fresh++
+				_ = cgroup.SetOOMScoreAdj(pid, m.opts.OOMScoreAdj) // it may have exited
+			}
+		}
+		if fresh == 0 {
+			return
+		}
+	}
 }
 
 // startChild starts cmd through the reaper, in a cgroup of its own when
