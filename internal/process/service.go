@@ -180,7 +180,8 @@ func (s *Service) streamEvents(ctx context.Context, p *Process, keepalive time.D
 	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: p.Pid()}}}); err != nil {
 		return err
 	}
-	eof := false // every byte was sent; the log closes just before the exit is published
+	eof := false       // every byte was sent; the log closes just before the exit is published
+	var scratch []byte // coalesce's buffer, reused: Send has marshalled a message when it returns
 	return streamloop.Loop{
 		Clock:     s.m.opts.Clock,
 		Keepalive: keepalive,
@@ -202,6 +203,7 @@ func (s *Service) streamEvents(ctx context.Context, p *Process, keepalive time.D
 				eof = true
 				return false, sendEnd(p, typed, send)
 			}
+			recs, scratch = coalesce(recs, scratch)
 			for _, r := range recs {
 				if err := send(dataEvent(r)); err != nil {
 					return false, err
@@ -213,6 +215,48 @@ func (s *Service) streamEvents(ctx context.Context, p *Process, keepalive time.D
 			return send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Keepalive{Keepalive: &pb.ProcessEvent_KeepAlive{}}})
 		},
 	}.Run(ctx)
+}
+
+// coalesce joins each run of records of one kind in recs into one record,
+// so that a reader that fell a few records behind sends one message rather
+// than one per record: a program printing in bulk is read in pipe-sized
+// chunks, and each message costs a flush and a frame on both sides. The
+// joined bytes are copied into scratch, which is grown as needed and
+// returned for the next call; records not joined are returned as they are.
+// The records returned are valid until the next call with the same scratch.
+func coalesce(recs []outbuf.Record, scratch []byte) ([]outbuf.Record, []byte) {
+	need := 0 // the bytes of the records in runs of two or more
+	for i, r := range recs {
+		if i > 0 && r.Kind == recs[i-1].Kind || i+1 < len(recs) && r.Kind == recs[i+1].Kind {
+			need += len(r.Data)
+		}
+	}
+	if need == 0 {
+		return recs, scratch
+	}
+	if cap(scratch) < need {
+		scratch = make([]byte, 0, need)
+	}
+	buf := scratch[:0]
+	out := make([]outbuf.Record, 0, len(recs))
+	for i := 0; i < len(recs); {
+		j := i + 1
+		for j < len(recs) && recs[j].Kind == recs[i].Kind {
+			j++
+		}
+		if j == i+1 {
+			out = append(out, recs[i])
+			i = j
+			continue
+		}
+		from := len(buf)
+		for _, r := range recs[i:j] {
+			buf = append(buf, r.Data...)
+		}
+		out = append(out, outbuf.Record{Off: recs[i].Off, Kind: recs[i].Kind, Data: buf[from:len(buf):len(buf)]})
+		i = j
+	}
+	return out, scratch
 }
 
 // endReason is r on the wire.
