@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -90,6 +91,7 @@ type envd struct {
 	guestHome string
 	stderr    *syncBuffer
 	exited    chan struct{} // closed when the process has exited
+	netns     bool          // in a network namespace of its own: reached by sock only
 	err       error         // Wait's result, valid once exited is closed
 }
 
@@ -109,7 +111,15 @@ type startOptions struct {
 	// and /etc/group are copies with guest (guestUID, no sudo, home
 	// envd.guestHome) added. Needs root.
 	guest bool
+	// netns runs envd in a network namespace of its own (unshare -n): lo,
+	// and the address netnsAddr, the sandbox's external address, on one
+	// end of a veth pair. Only the unix socket reaches envd from the
+	// test. Needs root.
+	netns bool
 }
+
+// netnsAddr is the external address of an envd started with netns.
+const netnsAddr = "10.214.0.2"
 
 // The account that startOptions.guest adds.
 const (
@@ -168,6 +178,10 @@ func launch(t *testing.T, o startOptions) *envd {
 	e.cmd = exec.Command(envdBin, args...)
 	if o.guest {
 		e.guestHome, e.cmd = withGuest(t, e.cmd)
+	}
+	if o.netns {
+		e.cmd = inNetns(t, e.cmd)
+		e.netns = true
 	}
 	e.cmd.Env = cleanEnv(o.env...)
 	e.cmd.Stdout = e.stderr
@@ -247,6 +261,20 @@ func withGuest(t *testing.T, cmd *exec.Cmd) (home string, _ *exec.Cmd) {
 	return home, exec.Command("unshare", args...)
 }
 
+// inNetns returns cmd run in a network namespace of its own (see
+// startOptions.netns): unshare(1) makes it, sh brings lo up, adds a veth
+// pair with netnsAddr on one end and execs cmd (same pid). The namespace
+// goes when its last process does.
+func inNetns(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("a network namespace needs root")
+	}
+	const script = `ip link set lo up && ip link add ext0 type veth peer name ext1 && ip addr add "$1/24" dev ext0 && ip link set ext1 up && ip link set ext0 up && shift && exec "$@"`
+	args := append([]string{"-n", "sh", "-c", script, "sh", netnsAddr, cmd.Path}, cmd.Args[1:]...)
+	return exec.Command("unshare", args...)
+}
+
 // kill ends the daemon and whatever it started, by pid, if still running.
 func (e *envd) kill(t *testing.T) {
 	select {
@@ -268,6 +296,13 @@ func (e *envd) kill(t *testing.T) {
 
 func (e *envd) waitHealthy(timeout time.Duration) error {
 	c := &http.Client{Timeout: timeout}
+	url := e.url
+	if e.netns {
+		c.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", e.sock)
+		}}
+		url = "http://envd"
+	}
 	defer c.CloseIdleConnections()
 	var last error
 	exited := false
@@ -278,7 +313,7 @@ func (e *envd) waitHealthy(timeout time.Duration) error {
 			return true
 		default:
 		}
-		resp, err := c.Get(e.url + "/health")
+		resp, err := c.Get(url + "/health")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusNoContent {
