@@ -186,6 +186,12 @@ func (m *Manager) Park(ctx context.Context) error {
 				return fmt.Errorf("the end of process %d was not received: %w", p.pid, err)
 			}
 		}
+		// Ended and its output read to the end: it is closing its pipes
+		// and publishing its end. Let it finish, so that it is handed over
+		// as ended, not with descriptors being closed.
+		if err := p.waitFor(ctx, func() bool { return p.ho.ended < n || p.ho.reaped == nil }); err != nil {
+			return fmt.Errorf("process %d did not finish ending: %w", p.pid, err)
+		}
 	}
 	return nil
 }

@@ -315,6 +315,28 @@ func checkShell(t *testing.T, pc processconnect.ProcessClient) {
 	t.Fatalf("the shell did not answer 42: %v\noutput: %q", stream.Err(), out.String())
 }
 
+// checkEnded reconnects to an ended process (still retained) by tag: its
+// output and its end come across the upgrade.
+func checkEnded(t *testing.T, pc processconnect.ProcessClient, tag string) {
+	t.Helper()
+	stream, err := pc.Connect(testutil.Context(t, requestTimeout), connect.NewRequest(&pb.ConnectRequest{Process: &pb.ProcessSelector{Selector: &pb.ProcessSelector_Tag{Tag: tag}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	var out strings.Builder
+	var end *pb.ProcessEvent_EndEvent
+	for stream.Receive() {
+		out.Write(stream.Msg().GetEvent().GetData().GetStdout())
+		if e := stream.Msg().GetEvent().GetEnd(); e != nil {
+			end = e
+		}
+	}
+	if out.String() != "ended-before\n" || end.GetExitCode() != 3 {
+		t.Errorf("the ended process after the upgrade: output %q, end %v, err %v", out.String(), end, stream.Err())
+	}
+}
+
 func listPids(t *testing.T, pc processconnect.ProcessClient) map[uint32]bool {
 	t.Helper()
 	resp, err := pc.List(testutil.Context(t, requestTimeout), connect.NewRequest(&pb.ListRequest{}))
@@ -340,6 +362,10 @@ func TestUpgrade(t *testing.T) {
 	pc := processClient(streamClientToken(t), e.url)
 	counter := startCounter(t, pc, 5)
 	shell := startShell(t, pc)
+	ended := "ended"
+	if out, end, err := run(testutil.Context(t, requestTimeout), pc, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "echo ended-before; exit 3"}}, Tag: &ended}); err != nil || end.GetExitCode() != 3 || out != "ended-before\n" {
+		t.Fatalf("a process that ends before the upgrade: %q, %v, %v", out, end, err)
+	}
 	before := counterNow(t, pc)
 
 	code, body := postUpgrade(t, e, fmt.Sprintf(`{"path": %q}`, newBin), true)
@@ -361,6 +387,7 @@ func TestUpgrade(t *testing.T) {
 	}
 	checkCounter(t, pc, before+10)
 	checkShell(t, pc)
+	checkEnded(t, pc, ended)
 	out, err := exec.Command(newBin, "-version").Output()
 	if err != nil || !strings.Contains(string(out), newVersion) {
 		t.Errorf("%s -version: %q, %v", newBin, out, err)
