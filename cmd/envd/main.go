@@ -23,18 +23,41 @@ import (
 
 	"github.com/envd-dev/envd/internal/buildinfo"
 	"github.com/envd-dev/envd/internal/daemon"
+	"github.com/envd-dev/envd/internal/handover"
 	"github.com/envd-dev/envd/internal/interpreter"
 	"github.com/envd-dev/envd/internal/mmds"
 )
 
 func main() {
-	if err := run(); err != nil {
+	// A live upgrade's new envd: take the handover before anything else
+	// (it unsets its variables). Until the daemon commits it, any failure,
+	// a panic included, execs the old binary back with it.
+	ho, err := handover.Take()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "envd:", ho.Rollback(err))
+		os.Exit(1)
+	}
+	if ho != nil {
+		defer func() {
+			if r := recover(); r != nil {
+				if !ho.Committed() {
+					fmt.Fprintln(os.Stderr, "envd:", ho.Rollback(fmt.Errorf("envd %s panicked: %v", daemon.Version, r)))
+					os.Exit(2)
+				}
+				panic(r)
+			}
+		}()
+	}
+	if err := run(ho); err != nil {
+		if ho != nil && !ho.Committed() {
+			err = ho.Rollback(err)
+		}
 		fmt.Fprintln(os.Stderr, "envd:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func run(ho *handover.Pending) error {
 	var cfg daemon.Config
 	fs := flag.NewFlagSet("envd", flag.ContinueOnError)
 	fs.StringVar(&cfg.Host, "host", "0.0.0.0", "address to listen on")
@@ -59,6 +82,7 @@ func run() error {
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	version := fs.Bool("version", false, "print the version, commit and Go version, and exit")
+	check := fs.Bool(handover.CheckFlag, false, "check these flags, print the version and the handover schemas this envd reads, and exit: what a live upgrade (POST /upgrade, SIGUSR2) runs of a new binary first")
 	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -114,6 +138,11 @@ func run() error {
 	default:
 		return fmt.Errorf("%s%q: want text or json", from("log-format"), *logFormat)
 	}
+	if *check {
+		fmt.Println(handover.CheckLine(daemon.Version))
+		return nil
+	}
+	cfg.Handover = ho
 	if onCmdline["access-token"] && cfg.AccessToken != "" {
 		cfg.Logger.Warn("the access token is on envd's command line, which every user of the machine can read in /proc; set ENVD_ACCESS_TOKEN instead of -access-token")
 	}

@@ -211,6 +211,9 @@ func (c *codeExec) listenCodePort(cfg Config, log *slog.Logger, token *auth.Toke
 	if err != nil {
 		return nil, nil, fmt.Errorf("build code routes: %w", err)
 	}
+	if ln := cfg.inherited.take("code/tcp"); ln != nil {
+		return ln, h, nil
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.CodePort)))
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen on code port %d: %w", cfg.CodePort, err)

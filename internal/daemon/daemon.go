@@ -20,10 +20,12 @@ import (
 	"github.com/mdlayher/vsock"
 	"golang.org/x/sync/errgroup"
 
+	hpb "github.com/envd-dev/envd/gen/envd/handover/v1"
 	"github.com/envd-dev/envd/internal/auth"
 	"github.com/envd-dev/envd/internal/cgroup"
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/filesystem"
+	"github.com/envd-dev/envd/internal/handover"
 	"github.com/envd-dev/envd/internal/httpapi"
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/interpreter"
@@ -96,6 +98,12 @@ type Config struct {
 	// /fsfreeze leaves the root filesystem frozen (zero: 30 s).
 	Cgroups, CgroupRoot string
 	FSFreezeWatchdog    time.Duration
+	// Handover, when set, is the live upgrade this envd was exec'd with
+	// (handover.Take): it adopts the listeners and processes instead of
+	// starting afresh, or rolls back to the old binary if it cannot.
+	Handover *handover.Pending
+
+	inherited *inherited // the handover's listeners, until listen takes them
 }
 
 // Defaults of the shutdown's grace periods.
@@ -115,20 +123,37 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := reaper.Enable(cfg.Logger); err != nil {
-		// Not fatal: without it orphans stay zombies, but everything works.
-		cfg.Logger.Warn("cannot reap orphans", "err", err)
+	ho := cfg.Handover
+	if ho == nil {
+		if err := reaper.Enable(cfg.Logger); err != nil {
+			// Not fatal: without it orphans stay zombies, but everything works.
+			cfg.Logger.Warn("cannot reap orphans", "err", err)
+		}
 	}
+	handover.SetVersion(Version)
 	p, err := newParts(cfg, user)
 	if err != nil {
+		if ho != nil {
+			return ho.Rollback(err) // returns only if it cannot
+		}
 		return err
+	}
+	if ho != nil {
+		// Until it commits, a failure leaves everything to the old envd,
+		// which the rollback execs back: nothing here is cleaned up.
+		if err := p.adopt(ho); err != nil {
+			return ho.Rollback(fmt.Errorf("envd %s cannot adopt the handover: %w", Version, err))
+		}
 	}
 	defer p.cleanup()
 	lns, err := p.listen()
+	p.cfg.inherited.closeRest()
 	if err != nil {
 		return err
 	}
 	s := serve(ctx, lns, cfg.Logger)
+	stopSignals := p.upg.notifyUpgrades()
+	defer stopSignals()
 	p.code.start()
 	p.ports.start()
 	p.boot.start()
@@ -141,6 +166,8 @@ func Run(ctx context.Context, cfg Config) error {
 	case <-ctx.Done():
 	case err := <-s.failed:
 		cfg.Logger.Error("a listener failed; shutting down", "err", err)
+	case req := <-p.upg.reqs:
+		return p.handOver(s, req) // returns only if it failed
 	}
 	return p.shutdown(s)
 }
@@ -185,13 +212,16 @@ type parts struct {
 	boot  *bootMetadata   // nil without an MMDS
 	cg    *cgroup.Manager // nil without cgroups
 	hooks *httpapi.Hooks
+	defs  *defaults.Defaults
+	upg   *upgrader
 	main  http.Handler // every route, for the main port, vsock and the unix socket
 }
 
 func newParts(cfg Config, user string) (*parts, error) {
 	log := cfg.Logger
 	defs := defaults.New(user, map[string]string{"E2B_SANDBOX": "true"})
-	p := &parts{cfg: cfg, log: log, token: &auth.Token{}}
+	p := &parts{cfg: cfg, log: log, token: &auth.Token{}, defs: defs}
+	p.upg = newUpgrader(p)
 	var err error
 	p.token.Set(cfg.AccessToken)
 
@@ -227,6 +257,7 @@ func newParts(cfg Config, user string) (*parts, error) {
 	api.Resume = p.hooks.Resume
 	routes = append(routes, httpapi.New(api).Routes()...)
 	routes = append(routes, p.hooks.Routes()...)
+	routes = append(routes, p.upg.routes()...)
 	code, err := newCodeExec(cfg, log, defs, jupyterPlace(p.cg, log), kernelOOMKills(p.cg))
 	if err != nil {
 		p.boot.stop()
@@ -269,8 +300,9 @@ func (p *parts) cleanup() {
 
 // listener is an open listener and the handler it serves.
 type listener struct {
-	ln net.Listener
-	h  http.Handler
+	ln   net.Listener
+	h    http.Handler
+	role hpb.Listener_Role
 }
 
 // listen opens every configured listener, or none if one fails. Every one is
@@ -290,11 +322,11 @@ func (p *parts) listen() ([]listener, error) {
 	var out []listener
 	for _, ln := range lns {
 		p.log.Info("listening", "addr", ln.Addr().String())
-		out = append(out, listener{ln, p.main})
+		out = append(out, listener{ln, p.main, hpb.Listener_ROLE_MAIN})
 	}
 	if codeLn != nil {
 		p.log.Info("listening for the code-interpreter API", "addr", codeLn.Addr().String())
-		out = append(out, listener{codeLn, codeH})
+		out = append(out, listener{codeLn, codeH, hpb.Listener_ROLE_CODE})
 	}
 	return out, nil
 }
@@ -310,6 +342,8 @@ type serving struct {
 	cancelRequests context.CancelFunc
 	// accepting counts the servers that have not closed their listener yet.
 	accepting sync.WaitGroup
+	// lns are the listeners, which a handover stops and passes on.
+	lns []*handoverListener
 }
 
 func serve(ctx context.Context, lns []listener, log *slog.Logger) *serving {
@@ -317,6 +351,9 @@ func serve(ctx context.Context, lns []listener, log *slog.Logger) *serving {
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &serving{g: &errgroup.Group{}, failed: make(chan error, len(lns)), cancelRequests: cancel}
 	for _, l := range lns {
+		hl := &handoverListener{Listener: l.ln, role: l.role}
+		s.lns = append(s.lns, hl)
+		l.ln = hl
 		srv := server.HTTPServer(base, l.h, log)
 		s.accepting.Add(1)
 		// Shutdown calls it once it has closed the listeners.
@@ -324,10 +361,10 @@ func serve(ctx context.Context, lns []listener, log *slog.Logger) *serving {
 		s.srvs = append(s.srvs, srv)
 		s.g.Go(func() error {
 			err := srv.Serve(l.ln)
-			if errors.Is(err, http.ErrServerClosed) {
+			if errors.Is(err, http.ErrServerClosed) || errors.Is(err, errHandedOver) {
 				return nil
 			}
-			err = fmt.Errorf("serve %s: %w", l.ln.Addr(), err)
+			err = fmt.Errorf("serve %s: %w", hl.Addr(), err)
 			s.failed <- err
 			return err
 		})
@@ -490,6 +527,8 @@ func defaultUser(name string) (string, error) {
 
 func health(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
+	// Which envd answers: a live upgrade's caller waits for the new one.
+	w.Header().Set("X-Envd-Version", Version)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -502,9 +541,13 @@ func listen(cfg Config) ([]net.Listener, error) {
 		}
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
-	if err != nil {
-		return fail(fmt.Errorf("listen on port %d: %w", cfg.Port, err))
+	ln := cfg.inherited.take("main/tcp")
+	if ln == nil {
+		var err error
+		ln, err = net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+		if err != nil {
+			return fail(fmt.Errorf("listen on port %d: %w", cfg.Port, err))
+		}
 	}
 	lns = append(lns, ln)
 	if cfg.VsockPort != 0 {
@@ -514,7 +557,9 @@ func listen(cfg Config) ([]net.Listener, error) {
 		}
 		lns = append(lns, ln)
 	}
-	if cfg.UnixSocket != "" {
+	if ln := cfg.inherited.take("main/unix"); ln != nil && cfg.UnixSocket != "" {
+		lns = append(lns, ln)
+	} else if cfg.UnixSocket != "" {
 		if err := os.Remove(cfg.UnixSocket); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fail(fmt.Errorf("remove stale unix socket: %w", err))
 		}

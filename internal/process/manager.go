@@ -87,6 +87,8 @@ type Manager struct {
 	live   map[uint32]*Process // guarded by mu
 	exited map[uint32]*Process // guarded by mu; dropped after Retention
 	closed bool                // guarded by mu
+
+	ho managerHandover // a live upgrade's (handover.go)
 }
 
 // NewManager returns an empty Manager.
@@ -127,9 +129,10 @@ func (m *Manager) Start(o StartOptions) (*Process, error) {
 	if err := checkDir(o.User, o.Dir); err != nil {
 		return nil, err
 	}
-	if err := m.checkOpen(); err != nil {
+	if err := m.beginStart(); err != nil {
 		return nil, err
 	}
+	defer m.endStart()
 	cmd, err := m.command(o)
 	if err != nil {
 		return nil, err
@@ -192,10 +195,8 @@ func validate(o StartOptions) error {
 	return nil
 }
 
-// checkOpen refuses new processes once Shutdown has begun.
-func (m *Manager) checkOpen() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// checkOpenLocked refuses new processes once Shutdown has begun.
+func (m *Manager) checkOpenLocked() error {
 	if m.closed {
 		return errorf(ErrUnavailable, "envd is shutting down: no new processes")
 	}
@@ -415,6 +416,7 @@ func (m *Manager) register(p *Process) {
 func (m *Manager) startPumps(p *Process, exitc <-chan reaper.Exit, o StartOptions) {
 	var timer *quartz.Timer
 	if o.Timeout > 0 {
+		p.ho.deadline = m.opts.Clock.Now().Add(o.Timeout)
 		timer = m.opts.Clock.AfterFunc(o.Timeout, func() {
 			m.logger.Info("process lifetime ran out: killing its process group", "pid", p.pid, "timeout", o.Timeout)
 			p.signalFor(syscall.SIGKILL, EndTimedOut)
@@ -514,7 +516,13 @@ func (m *Manager) retire(p *Process) {
 	}
 	m.exited[p.pid] = p
 	m.logger.Debug("process ended", "pid", p.pid, "status", p.exit.Status)
-	time.AfterFunc(m.opts.Retention, func() {
+	m.forgetAfter(p, m.opts.Retention)
+}
+
+// forgetAfter drops the ended p from exited after d.
+func (m *Manager) forgetAfter(p *Process, d time.Duration) {
+	p.ho.forgetAt = time.Now().Add(d)
+	time.AfterFunc(d, func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.exited[p.pid] == p {

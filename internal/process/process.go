@@ -189,6 +189,8 @@ type Process struct {
 
 	done chan struct{} // closed once exit is set and the log is closed
 	exit Exit          // valid after done
+
+	ho handoverState // a live upgrade's view of it (handover.go)
 }
 
 // Pid is the process's id.
@@ -384,9 +386,13 @@ func (p *Process) signalFor(sig syscall.Signal, why EndReason) error {
 // reads EIO once every holder of the terminal has closed it: that is its EOF.
 func (p *Process) drain(f *os.File, kind uint8, wg *sync.WaitGroup) {
 	defer wg.Done()
+	defer p.drainEnded()
 	buf := make([]byte, readChunk)
 	for {
 		n, err := f.Read(buf)
+		if err != nil && p.parkDrain(f, err) {
+			continue // a handover that did not happen: read on
+		}
 		if n > 0 {
 			p.log.WritePaced(p.pacing, kind, buf[:n])
 			if p.pacing.Err() != nil {
@@ -491,6 +497,7 @@ func (p *Process) wait(exitc <-chan reaper.Exit, cleanup func()) {
 		go p.drain(f, kinds[i], &wg)
 	}
 	ex := <-exitc
+	p.noteReaped(ex)
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
 	select {

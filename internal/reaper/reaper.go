@@ -138,6 +138,8 @@ func enable(logger *slog.Logger) error {
 // one signal may stand for many exits: loop until none is left. wait4 runs
 // outside the lock; only the hand-over takes it.
 func reapAll(logger *slog.Logger) {
+	reapMu.Lock() // held by Pause across a handover (handover.go)
+	defer reapMu.Unlock()
 	defer func() {
 		mu.Lock()
 		close(reaped)

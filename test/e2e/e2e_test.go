@@ -63,6 +63,7 @@ type cleanupM struct{ m *testing.M }
 func (c *cleanupM) Run() int {
 	code := c.m.Run()
 	testutil.RemoveBuilt()
+	removeUpgradeBinaries()
 	return code
 }
 
@@ -96,6 +97,7 @@ type envd struct {
 }
 
 type startOptions struct {
+	bin  string   // the binary to run; "": envdBin
 	args []string // beyond the ones startEnvd adds
 	env  []string // extra environment, KEY=VALUE
 	// raw: use args and env as they are, without the host, port, socket and
@@ -175,7 +177,11 @@ func launch(t *testing.T, o startOptions) *envd {
 		stderr: &syncBuffer{},
 		exited: make(chan struct{}),
 	}
-	e.cmd = exec.Command(envdBin, args...)
+	bin := envdBin
+	if o.bin != "" {
+		bin = o.bin
+	}
+	e.cmd = exec.Command(bin, args...)
 	if o.guest {
 		e.guestHome, e.cmd = withGuest(t, e.cmd)
 	}
