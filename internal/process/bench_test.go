@@ -92,18 +92,15 @@ func streamOnce(c processconnect.ProcessClient, n int64) (time.Duration, error) 
 	}
 	defer st.Close()
 	var got int64
-	msgs := 0
 	var end *pb.ProcessEvent_EndEvent
 	for st.Receive() {
 		e := st.Msg().GetEvent()
 		got += int64(len(e.GetData().GetStdout()))
-		msgs++
 		if e.GetEnd() != nil {
 			end = e.GetEnd()
 		}
 	}
 	d := time.Since(began)
-	fmt.Println("MSGS", msgs)
 	if err := st.Err(); err != nil {
 		return 0, err
 	}
