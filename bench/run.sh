@@ -12,12 +12,12 @@
 # The keys, labels and goals are in the rows list below.
 #
 # Run counts (defaults give a full run of several minutes; small ones for a
-# quick look): BENCH_RUNS (200: sequential commands.run and runCode calls),
-# BENCH_CONC_ROUNDS (20 rounds of 100 concurrent commands.run),
-# BENCH_CODE_STARTS (15 createCodeContext calls of each kind),
-# BENCH_STREAM_RUNS (3 streams of BENCH_STREAM_MIB, 1024), BENCH_FILE_RUNS
-# (3 rounds of transfers of BENCH_FILE_MIB, 1024), BENCH_START_RUNS (5 envd
-# starts).
+# quick look): BENCH_RUNS (200 sequential commands.run and runCode calls;
+# BENCH_CODE_RUNS sets runCode's alone), BENCH_CONC_ROUNDS (20 rounds of
+# 100 concurrent commands.run), BENCH_CODE_STARTS (15 createCodeContext
+# calls of each kind), BENCH_STREAM_RUNS (3 streams of BENCH_STREAM_MIB,
+# 1024), BENCH_FILE_RUNS (3 rounds of transfers of BENCH_FILE_MIB, 1024),
+# BENCH_START_RUNS (5 envd starts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
