@@ -7,7 +7,7 @@
 # loopback connection, sendfile into splice: no HTTP transfer of the file can
 # beat it on this machine), over cp's, and envd's peak RSS (VmHWM).
 # Runs are interleaved (every contender once per round, BENCH_FILE_RUNS
-# rounds, default 3); each contender's best time counts. Prints ROW lines for
+# rounds, default 3), each after a sync; each contender's best time counts. Prints ROW lines for
 # bench/run.sh's table; each ratio is envd's time over the baseline's.
 #
 #   bench/files.sh                 # builds bin/envd
@@ -54,29 +54,26 @@ head -c "$((size_mib << 20))" /dev/urandom >"$src"
 cat "$src" >/dev/null # in the page cache, for every contender alike
 bytes=$(stat -c %s "$src")
 
-# The transfers, each given the server's base URL and a file name to write
-# (removed first): the same curl command line for envd and net/http.
-download() {
-	rm -f "$work/$2"
-	curl -fsS -o "$work/$2" "$1/files?path=$src"
-}
+# The transfers, each given the server's base URL and the file to write:
+# the same curl command line for envd and net/http.
+download() { curl -fsS -o "$2" "$1/files?path=$src"; }
 upload() {
-	rm -f "$work/$2"
 	curl -fsS -o /dev/null -H 'Expect:' -H 'Content-Type: application/octet-stream' \
-		-X POST -T "$src" "$1/files?path=$work/$2"
+		-X POST -T "$src" "$1/files?path=$2"
 }
-multipart() {
-	rm -f "$work/$2"
-	curl -fsS -o /dev/null -H 'Expect:' -F "file=@$src" "$1/files?path=$work/$2"
-}
-copy() { rm -f "$work/cp.bin"; cp "$src" "$work/cp.bin"; }
-floor() { rm -f "$work/floor.bin"; "$work/tcpfloor" "$src" "$work/floor.bin" >/dev/null; }
+multipart() { curl -fsS -o /dev/null -H 'Expect:' -F "file=@$src" "$1/files?path=$2"; }
+copy() { cp "$src" "$1"; }
+floor() { "$work/tcpfloor" "$src" "$1" >/dev/null; }
 
 declare -A best=()
-# timed NAME CMD...: run CMD, keep its time in best[NAME] if the shortest.
+# timed NAME CMD ARG... FILE: remove FILE and write back every dirty page
+# (the previous transfers' 1 GiB files), then time CMD ARG... FILE, which
+# writes FILE; keep its time in best[NAME] if the shortest.
 timed() {
-	local name=$1 t0 t1 d
+	local name=$1 file=${*: -1} t0 t1 d
 	shift
+	rm -f "$file"
+	sync
 	t0=$(now)
 	"$@"
 	t1=$(now)
@@ -87,11 +84,11 @@ timed() {
 }
 
 for _ in $(seq "$runs"); do
-	timed cp copy
-	timed tcp floor
+	timed cp copy "$work/cp.bin"
+	timed tcp floor "$work/floor.bin"
 	for t in download upload multipart; do
-		timed "$t-envd" "$t" "$envd_url" "$t-envd.bin"
-		timed "$t-nethttp" "$t" "$floor_url" "$t-nethttp.bin"
+		timed "$t-envd" "$t" "$envd_url" "$work/$t-envd.bin"
+		timed "$t-nethttp" "$t" "$floor_url" "$work/$t-nethttp.bin"
 	done
 done
 for f in floor.bin {download,upload,multipart}-{envd,nethttp}.bin; do
