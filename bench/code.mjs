@@ -1,31 +1,35 @@
 // Benchmark: stateful code execution through the unmodified
 // @e2b/code-interpreter SDK against a real envd (with Jupyter), versus the
-// same kernel's own cost measured directly over its ZeroMQ sockets with
+// kernels' own costs measured directly over their ZeroMQ sockets with
 // Debian's jupyter_client (bench/code_kernel.py), in the same run:
 //
-//   - runCode('x=1') vs an execute_request of x=1 on the same kernel (the
-//     SDK's context's kernel, through its connection file), interleaved run
-//     for run; goal: ratio of medians at most 1.5;
+//   - runCode('x=1') vs an execute_request of x=1 (to its execute_reply and
+//     idle status, as the SDK waits for) on a plain python3 kernel: Debian's
+//     own kernelspec, started by KernelManager with a fresh IPYTHONDIR and no
+//     envd startup files (bench/kernel-helper.mjs); ratio of medians. Also
+//     printed, with no goal: vs the same request on the same kernel as the
+//     SDK's (its context's kernel, through its connection file), which
+//     isolates envd's transport cost from its kernel-side code. The three
+//     are interleaved run for run.
 //   - createCodeContext() vs starting the same python3 kernel with
 //     jupyter_client's KernelManager and the same environment (start to
 //     kernel_info reply), interleaved: first with envd's default prestarted
 //     Python kernel (each context takes it and envd starts the next one in
 //     the background; both sides wait for that refill to end before they
-//     are timed, so that neither pays for it); goal: at most 0.1. Then
-//     with a second envd started with -warm-kernels python=0, where each
-//     context starts its kernel; goal: at most 1.2.
+//     are timed, so that neither pays for it). Then with a second envd
+//     started with -warm-kernels python=0, where each context starts its
+//     kernel.
+//
+// Prints ROW lines for bench/run.sh's table (code, code-same, ctx-warm,
+// ctx-cold).
 //
 //   node bench/code.mjs [runs] [starts]      (ENVD_BIN to use a built binary)
-import { spawn } from 'node:child_process'
-import { createInterface } from 'node:readline'
 import { createRequire } from 'node:module'
-import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { startEnvd, stopEnvd, waitFor } from '../test/compat/harness.mjs'
+import { kernelHelper, plainKernel } from './kernel-helper.mjs'
 
 const runs = Number(process.argv[2] || 200)
 const starts = Number(process.argv[3] || 15)
-const here = path.dirname(fileURLToPath(import.meta.url))
 const require = createRequire(new URL('../test/compat/package.json', import.meta.url))
 const { Sandbox } = await import(require.resolve('@e2b/code-interpreter'))
 
@@ -35,12 +39,11 @@ const median = (xs) => {
 }
 const ms = (t0) => Number(process.hrtime.bigint() - t0) / 1e6
 const fmt = (x) => x.toFixed(2)
-const verdict = (ratio, goal) => `ratio ${fmt(ratio)} (goal <= ${goal}) ${ratio <= goal ? 'MET' : 'MISSED'}`
+const row = (key, envd, base) => console.log(['ROW', key, `${fmt(envd)} ms`, `${fmt(base)} ms`, fmt(envd / base)].join('\t'))
 
-// baseline starts bench/code_kernel.py as the kernels' user, in the
-// environment the kernel of ctx started with (it tells both, and where its
-// connection file is): the helper starts the same kernel envd would.
-async function baseline(sbx, ctx) {
+// kernelInfo tells the user, environment and connection file of ctx's
+// kernel.
+async function kernelInfo(sbx, ctx) {
   const info = await sbx.runCode(
     'import json, os\nfrom ipykernel import get_connection_file\n' +
       "json.dumps({'conn': get_connection_file(), 'env': {k: os.environ[k] for k in " +
@@ -49,27 +52,15 @@ async function baseline(sbx, ctx) {
     { context: ctx },
   )
   if (info.error) throw new Error(`kernel info: ${info.error.value}`)
-  const { conn, env, uid, gid } = JSON.parse(info.text)
-  const helper = spawn('/usr/bin/python3', [path.join(here, 'code_kernel.py')], {
-    uid,
-    gid,
-    cwd: '/',
-    env: { ...env, PYTHONUNBUFFERED: '1' },
-    stdio: ['pipe', 'pipe', 'inherit'],
-  })
-  const closed = new Promise((resolve) => helper.on('close', resolve))
-  const lines = createInterface({ input: helper.stdout })[Symbol.asyncIterator]()
-  const ask = async (cmd) => {
-    helper.stdin.write(cmd + '\n')
-    const { value, done } = await lines.next()
-    if (done) throw new Error(`baseline helper exited on ${cmd}`)
-    return value
-  }
-  const close = async () => {
-    helper.stdin.end('quit\n')
-    await closed
-  }
-  return { conn, ask, close }
+  return JSON.parse(info.text)
+}
+
+// baseline starts bench/code_kernel.py as the kernels' user, in the
+// environment the kernel of ctx started with: the helper starts the same
+// kernel envd would.
+async function baseline(sbx, ctx) {
+  const { conn, env, uid, gid } = await kernelInfo(sbx, ctx)
+  return { conn, uid, gid, home: env.HOME ?? '/', ...kernelHelper({ env, uid, gid }) }
 }
 
 // createStarts times createCodeContext() (then removes the context) and a
@@ -100,37 +91,47 @@ async function createStarts(envd, sbx, ask, warm) {
 }
 
 let helper
+let plain
 try {
   let envd = await startEnvd({ jupyter: true, args: ['-log-level', 'warn'] })
   let sbx = await Sandbox.create({ debug: true })
   let ctx = await sbx.createCodeContext()
   helper = await baseline(sbx, ctx)
   if ((await helper.ask(`connect ${helper.conn}`)) !== 'ok') throw new Error('baseline: connect failed')
+  plain = await plainKernel(helper)
 
-  // Warm up both paths.
+  // Warm up every path.
   for (let i = 0; i < 20; i++) {
     await sbx.runCode('x=1', { context: ctx })
+    await plain.ask('rt "x=1"')
     await helper.ask('rt "x=1"')
   }
   const sdk = []
-  const zmq = []
+  const toPlain = []
+  const toSame = []
   for (let i = 0; i < runs; i++) {
     const t0 = process.hrtime.bigint()
     const exe = await sbx.runCode('x=1', { context: ctx })
     sdk.push(ms(t0))
     if (exe.error) throw new Error(exe.error.value)
-    zmq.push(Number(await helper.ask('rt "x=1"')))
+    toPlain.push(Number(await plain.ask('rt "x=1"')))
+    toSame.push(Number(await helper.ask('rt "x=1"')))
   }
+  await plain.close()
+  plain = undefined
   const a = median(sdk)
-  const b = median(zmq)
-  console.log(`runCode('x=1') through the SDK:    median ${fmt(a)} ms over ${runs} runs`)
-  console.log(`same kernel over ZeroMQ directly:  median ${fmt(b)} ms over ${runs} runs`)
-  console.log(`ratio ${fmt(a / b)} (goal <= 1.5)`)
+  const b = median(toPlain)
+  const c = median(toSame)
+  console.log(`runCode('x=1') through the SDK:           median ${fmt(a)} ms over ${runs} runs`)
+  console.log(`plain python3 kernel over ZeroMQ:         median ${fmt(b)} ms over ${runs} runs; ratio ${fmt(a / b)}`)
+  console.log(`envd's same kernel over ZeroMQ directly:  median ${fmt(c)} ms over ${runs} runs; ratio ${fmt(a / c)}`)
+  row('code', a, b)
+  row('code-same', a, c)
 
-  let [c, d] = await createStarts(envd, sbx, helper.ask, true)
-  console.log(`createCodeContext() through the SDK, prestarted kernel:  median ${fmt(c)} ms over ${starts}`)
-  console.log(`python3 kernel start (KernelManager):                    median ${fmt(d)} ms over ${starts}`)
-  console.log(verdict(c / d, 0.1))
+  let [e, d] = await createStarts(envd, sbx, helper.ask, true)
+  console.log(`createCodeContext() through the SDK, prestarted kernel:  median ${fmt(e)} ms over ${starts}`)
+  console.log(`python3 kernel start (KernelManager):                    median ${fmt(d)} ms over ${starts}; ratio ${fmt(e / d)}`)
+  row('ctx-warm', e, d)
 
   // Without the pool: a second envd, and a helper in its kernels' environment.
   await helper.close()
@@ -140,11 +141,12 @@ try {
   sbx = await Sandbox.create({ debug: true })
   ctx = await sbx.createCodeContext()
   helper = await baseline(sbx, ctx)
-  ;[c, d] = await createStarts(envd, sbx, helper.ask, false)
-  console.log(`createCodeContext() through the SDK, -warm-kernels python=0: median ${fmt(c)} ms over ${starts}`)
-  console.log(`python3 kernel start (KernelManager):                        median ${fmt(d)} ms over ${starts}`)
-  console.log(verdict(c / d, 1.2))
+  ;[e, d] = await createStarts(envd, sbx, helper.ask, false)
+  console.log(`createCodeContext() through the SDK, -warm-kernels python=0: median ${fmt(e)} ms over ${starts}`)
+  console.log(`python3 kernel start (KernelManager):                        median ${fmt(d)} ms over ${starts}; ratio ${fmt(e / d)}`)
+  row('ctx-cold', e, d)
 } finally {
+  if (plain) await plain.close()
   if (helper) await helper.close()
   await stopEnvd()
 }

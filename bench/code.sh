@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Code execution through the @e2b/code-interpreter SDK against envd with
-# Jupyter, versus the same kernel measured directly with Debian's
-# jupyter_client, in the same run (see bench/code.mjs): prints both medians
-# and their ratio for runCode('x=1') (goal <= 1.5) and createCodeContext()
-# (goal <= 0.1 with envd's prestarted Python kernel, <= 1.2 without one).
+# Jupyter, versus kernels measured directly with Debian's jupyter_client, in
+# the same run (see bench/code.mjs): runCode('x=1') vs a plain python3 kernel
+# (and vs envd's own kernel), createCodeContext() with envd's prestarted
+# Python kernel and without one vs a KernelManager start. Prints each pair of
+# medians, their ratio, and ROW lines for bench/run.sh's table.
 #
 #   bench/code.sh                  # builds bin/envd
 #   ENVD_BIN=/path/envd BENCH_CODE_RUNS=500 bench/code.sh

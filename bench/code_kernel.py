@@ -1,16 +1,22 @@
-"""Baseline for bench/code.mjs: a kernel's own costs, measured directly with
-Debian's jupyter_client (no Jupyter server, no envd).
+"""Baseline for bench/code.mjs and bench/start.mjs: a kernel's own costs,
+measured directly with Debian's jupyter_client (no Jupyter server, no envd).
 
 Reads commands on stdin, one per line, and answers each with one line:
   connect PATH   connect a BlockingKernelClient to the kernel of connection
                  file PATH                                     -> "ok"
+  launch         start a python3 kernel with KernelManager and connect to
+                 it; it runs until quit             -> "ok RESOURCE_DIR" (of
+                 the kernelspec it started, to check which one that was)
   rt CODE        execute CODE (JSON string) on it; wait for the shell reply
                  and the iopub idle of that request            -> milliseconds
   start          start a python3 kernel with jupyter_client's KernelManager,
                  wait until it answers kernel_info, then shut it down
                                                                -> milliseconds (start to ready)
-The environment (IPYTHONDIR, MATPLOTLIBRC, ...) is the caller's: give it the
-one envd's kernels get, so that both start the same kernel.
+The environment (IPYTHONDIR, MATPLOTLIBRC, JUPYTER_PATH, ...) is the
+caller's: give it the one envd's kernels get to start the same kernel as
+envd, or a clean one (fresh IPYTHONDIR, JUPYTER_CONFIG_DIR and
+JUPYTER_DATA_DIR, no JUPYTER_PATH) for a plain kernel from Debian's own
+python3 kernelspec.
 """
 import json
 import sys
@@ -20,6 +26,7 @@ from jupyter_client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 kc = None
+launched = None  # the KernelManager of launch
 
 
 def round_trip(code):
@@ -69,9 +76,23 @@ for line in sys.stdin:
             except Exception:
                 break
         print("ok", flush=True)
+    elif cmd == "launch":
+        launched = KernelManager(kernel_name="python3")
+        launched.start_kernel()
+        kc = launched.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=120)
+        print("ok " + launched.kernel_spec.resource_dir, flush=True)
     elif cmd == "rt":
         print("%.3f" % round_trip(json.loads(arg)), flush=True)
     elif cmd == "start":
         print("%.3f" % start(), flush=True)
     elif cmd == "quit":
         break
+
+if kc is not None:
+    kc.stop_channels()
+if launched is not None:
+    launched.shutdown_kernel(now=True)
+# Drop them now, while logging still works (their __del__ logs).
+kc = launched = None

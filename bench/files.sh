@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# Upload and download of a 1 GiB file through envd with curl, against cp of
-# the same file, in the same run: MB/s, the ratio of times (envd / cp; the
-# goal is at most 1.5) and envd's peak RSS (VmHWM; the goal is under 64 MiB).
-# A second baseline, "tcp floor", copies the file over a bare loopback TCP
-# connection (sendfile into splice, bench/tcpfloor): no HTTP transfer of the
-# file can beat it on this machine, so envd's time over it is what envd adds.
-# Each transfer runs BENCH_FILE_RUNS times (default 3); the best time counts.
+# Download, octet-stream upload and multipart upload of a 1 GiB file through
+# envd with curl, against the same curl command lines aimed at a bare Go
+# net/http server doing the same transfers (bench/httpfloor: http.ServeFile;
+# io.Copy into a file), in the same run. Also printed, with no goal: each
+# transfer's time over raw TCP's (bench/tcpfloor copies the file over a bare
+# loopback connection, sendfile into splice: no HTTP transfer of the file can
+# beat it on this machine), over cp's, and envd's peak RSS (VmHWM).
+# Runs are interleaved (every contender once per round, BENCH_FILE_RUNS
+# rounds, default 3), each after a sync; each contender's best time counts. Prints ROW lines for
+# bench/run.sh's table; each ratio is envd's time over the baseline's.
 #
 #   bench/files.sh                 # builds bin/envd
-#   ENVD_BIN=/path/envd bench/files.sh
+#   ENVD_BIN=/path/envd BENCH_FILE_MIB=256 bench/files.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
+. bench/lib.sh
 runs=${BENCH_FILE_RUNS:-3}
 size_mib=${BENCH_FILE_MIB:-1024}
 
@@ -19,84 +23,93 @@ if [[ -z ${ENVD_BIN:-} ]]; then
 	make -s build
 	ENVD_BIN=$PWD/bin/envd
 fi
-for tool in curl cp python3; do
+for tool in curl cp cmp python3; do
 	command -v "$tool" >/dev/null || { echo "files.sh: $tool is missing" >&2; exit 1; }
 done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/envd-bench-files.XXXXXX")
 chmod 777 "$work"
-envd_pid=
+floor_pid=
 cleanup() {
-	if [[ -n $envd_pid ]]; then
-		kill -TERM "$envd_pid" 2>/dev/null || true
-		wait "$envd_pid" 2>/dev/null || true
+	stop_envd
+	if [[ -n $floor_pid ]]; then
+		kill "$floor_pid" 2>/dev/null || true
+		wait "$floor_pid" 2>/dev/null || true
 	fi
 	rm -rf "$work"
 }
 trap cleanup EXIT
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$ENVD_BIN" -host 127.0.0.1 -forward-ports=false -port "$port" -code-port 0 -no-jupyter -log-level warn >"$work/envd.log" 2>&1 &
-envd_pid=$!
-url=http://127.0.0.1:$port
-for _ in $(seq 200); do
-	curl -fsS -o /dev/null "$url/health" 2>/dev/null && break
-	sleep 0.05
-done
-curl -fsS -o /dev/null "$url/health"
-
 go build -o "$work/tcpfloor" ./bench/tcpfloor
+go build -o "$work/httpfloor" ./bench/httpfloor
+start_envd "$work/envd.log" -no-jupyter
+"$work/httpfloor" >"$work/httpfloor.url" 2>"$work/httpfloor.log" &
+floor_pid=$!
+for _ in $(seq 100); do [[ -s $work/httpfloor.url ]] && break; sleep 0.05; done
+floor_url=$(head -1 "$work/httpfloor.url")
+[[ -n $floor_url ]] || { echo "files.sh: httpfloor did not start" >&2; cat "$work/httpfloor.log" >&2; exit 1; }
 
 src=$work/src.bin
 head -c "$((size_mib << 20))" /dev/urandom >"$src"
 cat "$src" >/dev/null # in the page cache, for every contender alike
 bytes=$(stat -c %s "$src")
 
-now() { date +%s.%N; }
-# best SECONDS_VAR CMD...: run CMD $runs times, keep the shortest time.
-best() {
-	local -n out=$1
-	shift
-	out=
-	for _ in $(seq "$runs"); do
-		local t0 t1
-		t0=$(now)
-		"$@"
-		t1=$(now)
-		out=$(awk -v a="$t0" -v b="$t1" -v o="$out" 'BEGIN { d = b - a; if (o == "" || d < o) o = d; printf "%.4f", o }')
-	done
-}
-
-copy() { rm -f "$work/cp.bin"; cp "$src" "$work/cp.bin"; }
+# The transfers, each given the server's base URL and the file to write:
+# the same curl command line for envd and net/http.
+download() { curl -fsS -o "$2" "$1/files?path=$src"; }
 upload() {
 	curl -fsS -o /dev/null -H 'Expect:' -H 'Content-Type: application/octet-stream' \
-		-X POST -T "$src" "$url/files?path=$work/up.bin"
+		-X POST -T "$src" "$1/files?path=$2"
 }
-upload_multipart() {
-	curl -fsS -o /dev/null -H 'Expect:' -F "file=@$src" "$url/files?path=$work/upm.bin"
+multipart() { curl -fsS -o /dev/null -H 'Expect:' -F "file=@$src" "$1/files?path=$2"; }
+copy() { cp "$src" "$1"; }
+floor() { "$work/tcpfloor" "$src" "$1" >/dev/null; }
+
+declare -A best=()
+# timed NAME CMD ARG... FILE: remove FILE and write back every dirty page
+# (the previous transfers' 1 GiB files), then time CMD ARG... FILE, which
+# writes FILE; keep its time in best[NAME] if the shortest.
+timed() {
+	local name=$1 file=${*: -1} t0 t1 d
+	shift
+	rm -f "$file"
+	sync
+	t0=$(now)
+	"$@"
+	t1=$(now)
+	d=$(elapsed "$t0" "$t1")
+	if [[ -z ${best[$name]:-} ]] || awk -v d="$d" -v b="${best[$name]}" 'BEGIN { exit !(d < b) }'; then
+		best[$name]=$d
+	fi
 }
-download() { rm -f "$work/down.bin"; curl -fsS -o "$work/down.bin" "$url/files?path=$work/up.bin"; }
 
-floor() { "$work/tcpfloor" "$src" "$work/floor.bin" >/dev/null; }
-
-best t_cp copy
-best t_floor_wall floor
-best t_up upload
-best t_upm upload_multipart
-best t_down download
-cmp -s "$src" "$work/up.bin" || { echo "files.sh: uploaded file differs" >&2; exit 1; }
-cmp -s "$src" "$work/upm.bin" || { echo "files.sh: multipart-uploaded file differs" >&2; exit 1; }
-cmp -s "$src" "$work/down.bin" || { echo "files.sh: downloaded file differs" >&2; exit 1; }
+for _ in $(seq "$runs"); do
+	timed cp copy "$work/cp.bin"
+	timed tcp floor "$work/floor.bin"
+	for t in download upload multipart; do
+		timed "$t-envd" "$t" "$envd_url" "$work/$t-envd.bin"
+		timed "$t-nethttp" "$t" "$floor_url" "$work/$t-nethttp.bin"
+	done
+done
+for f in floor.bin {download,upload,multipart}-{envd,nethttp}.bin; do
+	cmp -s "$src" "$work/$f" || { echo "files.sh: $f differs from the source" >&2; exit 1; }
+done
 hwm=$(awk '/^VmHWM:/ { printf "%.1f", $2 / 1024 }' "/proc/$envd_pid/status")
 
-report() { # name seconds
-	awk -v n="$1" -v t="$2" -v c="$t_cp" -v f="$t_floor_wall" -v b="$bytes" \
-		'BEGIN { printf "%-28s %7.3f s %8.0f MB/s   %5.2fx cp   %5.2fx tcp floor\n", n, t, b / t / 1e6, t / c, t / f }'
-}
-echo "files: $((bytes >> 20)) MiB, best of $runs runs, in $work (on $(df --output=fstype "$work" | tail -1))"
-report "cp (baseline)" "$t_cp"
-report "tcp floor (baseline)" "$t_floor_wall"
-report "upload (curl, octet-stream)" "$t_up"
-report "upload (curl, multipart)" "$t_upm"
-report "download (curl)" "$t_down"
+rate() { awk -v b="$bytes" -v t="$1" 'BEGIN { printf "%.0f MB/s", b / t / 1e6 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+echo "files: $((bytes >> 20)) MiB, best of $runs interleaved runs, in $work (on $(df --output=fstype "$work" | tail -1))"
+printf '%-20s %8s %9s  %-28s %s\n' contender seconds rate 'envd over net/http, tcp' 'over cp'
+for c in cp tcp {download,upload,multipart}-{nethttp,envd}; do
+	t=${best[$c]}
+	extra=
+	if [[ $c == *-envd ]]; then
+		extra="$(ratio "$t" "${best[${c%-envd}-nethttp]}")x  $(ratio "$t" "${best[tcp]}")x"
+	fi
+	printf '%-20s %8.3f %9s  %-28s %sx\n' "$c" "$t" "$(rate "$t")" "$extra" "$(ratio "$t" "${best[cp]}")"
+done
 echo "envd peak RSS (VmHWM): $hwm MiB"
+for t in download upload multipart; do
+	row "files-$t" "$(rate "${best[$t-envd]}")" "$(rate "${best[$t-nethttp]}")" "$(ratio "${best[$t-envd]}" "${best[$t-nethttp]}")"
+	row "files-$t-tcp" "$(rate "${best[$t-envd]}")" "$(rate "${best[tcp]}")" "$(ratio "${best[$t-envd]}" "${best[tcp]}")"
+done

@@ -1,15 +1,106 @@
 #!/usr/bin/env bash
-# Runs every benchmark; each prints envd's figure, an in-run baseline doing the
-# same work directly, and the ratio. Not a test: no thresholds.
+# Runs every benchmark (`make bench`), then prints one table with a row for
+# each path of issue 12: envd's figure, the in-run baseline's (the same work
+# done directly), the ratio (always envd's cost over the baseline's, lower
+# is better; a throughput row as baseline rate / envd rate), the goal, and
+# MET or MISSED. Rows without a goal are printed for information. Not a test:
+# MISSED does not fail it; a piece that fails (or a row no piece measured)
+# shows as "not measured", and makes it exit 1 once the table is printed.
+#
+# Each piece prints its own lines, and machine-readable ones for the table:
+#   ROW <TAB> key <TAB> envd's figure <TAB> baseline's figure <TAB> ratio
+# The keys, labels and goals are in the rows list below.
+#
+# Run counts (defaults give a full run of several minutes; small ones for a
+# quick look): BENCH_RUNS (200 sequential commands.run and runCode calls;
+# BENCH_CODE_RUNS sets runCode's alone), BENCH_CONC_ROUNDS (20 rounds of
+# 100 concurrent commands.run), BENCH_CODE_STARTS (15 createCodeContext
+# calls of each kind), BENCH_STREAM_RUNS (3 streams of BENCH_STREAM_MIB,
+# 1024), BENCH_FILE_RUNS (3 rounds of transfers of BENCH_FILE_MIB, 1024),
+# BENCH_START_RUNS (5 envd starts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
-make -s build
+make -s build envctl
 export ENVD_BIN=$PWD/bin/envd
-echo "== commands.run('true') through the SDK vs spawning bash directly"
-node bench/sdk-commands.mjs "${BENCH_RUNS:-200}"
-echo "== 1 GiB of stdout through envd (binary Connect codec) vs a bare relay (pipe into loopback TCP); cost/relay goal <= 1.25"
-go test -run '^$' -bench BenchmarkStreamThroughput -benchtime 3x ./internal/process/
-for b in bench/files.sh bench/code.sh; do
-	if [[ -x $b ]]; then echo "== $b"; "$b"; fi
-done
+export BENCH_RUNS=${BENCH_RUNS:-200}
+export BENCH_CODE_RUNS=${BENCH_CODE_RUNS:-$BENCH_RUNS}
+
+# key, label, goal (the ratio's upper bound; - for none), in the issue's order.
+rows="$(
+	cat <<'EOF'
+cmd|commands.run('true') through the SDK, median|1.15
+code|runCode('x=1') through the SDK vs a plain kernel, median|1.2
+code-same|  runCode('x=1') vs envd's own kernel over ZeroMQ (transport only)|-
+cmd100|100 concurrent commands.run('true'), p99|1.2
+stream-h2c|1 GiB stdout to a Go client, h2c (rate)|1.25
+stream-http1|1 GiB stdout to a Go client, HTTP/1.1 (rate)|1.25
+stream-h2c-gzip|  256 MiB stdout to a Go client, h2c + gzip (rate)|-
+stream-envctl|1 GiB stdout to envctl run (rate)|1.25
+files-download|1 GiB download vs net/http (rate)|1.05
+files-upload|1 GiB octet-stream upload vs net/http (rate)|1.05
+files-multipart|1 GiB multipart upload vs net/http (rate)|1.05
+files-download-tcp|  1 GiB download vs raw TCP (rate)|-
+files-upload-tcp|  1 GiB octet-stream upload vs raw TCP (rate)|-
+files-multipart-tcp|  1 GiB multipart upload vs raw TCP (rate)|-
+ctx-warm|createCodeContext(), prestarted kernel, median|0.1
+ctx-cold|createCodeContext(), -warm-kernels python=0, median|1.2
+start|envd start to the first runCode result, median|1.1
+EOF
+)"
+
+out=$(mktemp "${TMPDIR:-/tmp}/envd-bench.XXXXXX")
+trap 'rm -f "$out"' EXIT
+failed=()
+# piece NAME CMD...: run one benchmark, its output shown and kept for the table.
+piece() {
+	local name=$1
+	shift
+	echo
+	echo "== $name"
+	if ! "$@" | tee -a "$out"; then
+		failed+=("$name")
+		echo "== $name FAILED" >&2
+	fi
+}
+
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+piece "commands.run('true'), one at a time and 100 at once" \
+	node bench/sdk-commands.mjs "$BENCH_RUNS" "${BENCH_CONC_ROUNDS:-20}"
+piece "runCode('x=1') and createCodeContext()" bench/code.sh
+piece "1 GiB of stdout" bench/stream.sh
+piece "1 GiB file transfers" bench/files.sh
+piece "envd start to the first runCode result" node bench/start.mjs "${BENCH_START_RUNS:-5}"
+
+echo
+echo "== issue 12: envd's cost over the baseline's in the same run (lower is better)"
+echo "$(nproc) cores; load average $load0 at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+missing=0
+awk -F'\t' -v rows="$rows" '
+	$1 == "ROW" { envd[$2] = $3; base[$2] = $4; ratio[$2] = $5 }
+	END {
+		fmt = "%-66s %-15s %-15s %6s %7s  %s\n"
+		printf fmt, "path", "envd", "baseline", "ratio", "goal", ""
+		n = split(rows, line, "\n")
+		for (i = 1; i <= n; i++) {
+			split(line[i], f, "|")
+			k = f[1]; goal = f[3]
+			if (!(k in ratio)) {
+				printf fmt, f[2], "-", "-", "-", (goal == "-" ? "" : "<= " goal), "not measured"
+				if (goal != "-") missing = 1
+				continue
+			}
+			verdict = goal == "-" ? "" : (ratio[k] + 0 <= goal + 0 ? "MET" : "MISSED")
+			printf fmt, f[2], envd[k], base[k], ratio[k], (goal == "-" ? "" : "<= " goal), verdict
+		}
+		exit missing
+	}' "$out" || missing=1
+
+if ((${#failed[@]})); then
+	echo "failed: ${failed[*]}" >&2
+	exit 1
+fi
+if ((missing)); then
+	echo "some rows were not measured" >&2
+	exit 1
+fi

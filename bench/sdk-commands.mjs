@@ -1,14 +1,25 @@
 // Benchmark: commands.run('true') through the unmodified e2b SDK against a
 // real envd, versus spawning the same `/bin/bash -l -c true` as the same user
-// straight from this Node process. The two are interleaved, run for run, so
-// machine noise hits both alike; the figure that matters is the ratio.
+// straight from this Node process, in the same run:
 //
-//   node bench/sdk-commands.mjs [runs]      (ENVD_BIN to use a built binary)
+//   - one at a time: the two interleaved, run for run, so machine noise hits
+//     both alike; ratio of medians;
+//   - 100 at once: one Sandbox object, Promise.all of 100 commands.run('true')
+//     (the SDK's own connection handling: one origin, one fetch agent), versus
+//     Promise.all of 100 direct spawns; rounds of each interleaved; per-call
+//     latency (each call's start to its own end) pooled over the rounds;
+//     median and p99 of each, ratio of p99s.
+//
+// Prints ROW lines for bench/run.sh's table (cmd, cmd100).
+//
+//   node bench/sdk-commands.mjs [runs] [rounds]      (ENVD_BIN to use a built binary)
 import { spawn, execFileSync } from 'node:child_process'
 import { createRequire } from 'node:module'
 import { startEnvd, stopEnvd } from '../test/compat/harness.mjs'
 
 const runs = Number(process.argv[2] || 200)
+const rounds = Number(process.argv[3] || 20)
+const concurrency = 100
 const require = createRequire(new URL('../test/compat/package.json', import.meta.url))
 const { Sandbox } = await import(require.resolve('e2b'))
 
@@ -31,13 +42,25 @@ function direct() {
   })
 }
 
+const sorted = (xs) => [...xs].sort((a, b) => a - b)
 const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b)
+  const s = sorted(xs)
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2
 }
+// p99 by the nearest rank.
+const p99 = (xs) => sorted(xs)[Math.max(0, Math.ceil(0.99 * xs.length) - 1)]
 const ms = (t0) => Number(process.hrtime.bigint() - t0) / 1e6
+const fmt = (x) => x.toFixed(2)
+const row = (key, envd, base, ratio) => console.log(['ROW', key, envd, base, fmt(ratio)].join('\t'))
 
-await startEnvd()
+// timed runs f and resolves to its latency in ms.
+async function timed(f) {
+  const t0 = process.hrtime.bigint()
+  await f()
+  return ms(t0)
+}
+
+await startEnvd({ args: ['-log-level', 'warn'] })
 try {
   const sbx = await Sandbox.create({ debug: true })
   for (let i = 0; i < 10; i++) {
@@ -47,18 +70,33 @@ try {
   const viaEnvd = []
   const viaSpawn = []
   for (let i = 0; i < runs; i++) {
-    let t0 = process.hrtime.bigint()
-    await sbx.commands.run('true')
-    viaEnvd.push(ms(t0))
-    t0 = process.hrtime.bigint()
-    await direct()
-    viaSpawn.push(ms(t0))
+    viaEnvd.push(await timed(() => sbx.commands.run('true')))
+    viaSpawn.push(await timed(direct))
   }
-  const e = median(viaEnvd)
-  const d = median(viaSpawn)
-  console.log(`commands.run('true') via envd: median ${e.toFixed(2)} ms over ${runs} runs`)
-  console.log(`bash -l -c true spawned directly: median ${d.toFixed(2)} ms over ${runs} runs`)
-  console.log(`ratio envd/direct: ${(e / d).toFixed(2)} (goal <= 1.3)`)
+  let e = median(viaEnvd)
+  let d = median(viaSpawn)
+  console.log(`commands.run('true') via envd: median ${fmt(e)} ms over ${runs} runs`)
+  console.log(`bash -l -c true spawned directly: median ${fmt(d)} ms over ${runs} runs`)
+  console.log(`ratio envd/direct: ${fmt(e / d)}`)
+  row('cmd', `${fmt(e)} ms`, `${fmt(d)} ms`, e / d)
+
+  // 100 at once: a warm-up round of each, then the rounds, interleaved.
+  const all = (f) => Promise.all(Array.from({ length: concurrency }, () => timed(f)))
+  await all(() => sbx.commands.run('true'))
+  await all(direct)
+  const cEnvd = []
+  const cSpawn = []
+  for (let i = 0; i < rounds; i++) {
+    cEnvd.push(...(await all(() => sbx.commands.run('true'))))
+    cSpawn.push(...(await all(direct)))
+  }
+  e = p99(cEnvd)
+  d = p99(cSpawn)
+  const n = rounds * concurrency
+  console.log(`${concurrency} concurrent commands.run('true') via envd (one Sandbox): p99 ${fmt(e)} ms, median ${fmt(median(cEnvd))} ms over ${n} calls`)
+  console.log(`${concurrency} concurrent bash -l -c true spawned directly:         p99 ${fmt(d)} ms, median ${fmt(median(cSpawn))} ms over ${n} spawns`)
+  console.log(`ratio of p99s envd/direct: ${fmt(e / d)}; of medians: ${fmt(median(cEnvd) / median(cSpawn))}`)
+  row('cmd100', `p99 ${fmt(e)} ms`, `p99 ${fmt(d)} ms`, e / d)
 } finally {
   await stopEnvd()
 }
