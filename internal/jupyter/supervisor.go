@@ -153,6 +153,13 @@ type Supervisor struct {
 	client    *Client       // of the ready generation; guarded by mu
 	token     string        // guarded by mu
 	connDir   string        // where kernels' connection files go; guarded by mu
+
+	// A live upgrade (handover.go).
+	adopt    *Adoption  // the server to adopt at Start; guarded by mu
+	adopted  adoptState // what became of it; guarded by mu
+	live     *serverRun // the published run; guarded by mu
+	handing  bool       // Handover stops supervising without stopping the server; guarded by mu
+	handedTo *serverRun // the run Handover left running; guarded by mu
 }
 
 // New returns a Supervisor; nothing runs until Start.
@@ -209,7 +216,7 @@ func (s *Supervisor) Start(ctx context.Context) error {
 		close(s.done) // no supervision loop
 		return s.attach(ctx)
 	}
-	if err := s.prepareDir(); err != nil {
+	if err := s.prepareOrAdoptDir(); err != nil {
 		close(s.done)
 		s.setStatus(func(st *ServerStatus) { st.Err, st.StartFailing = err, true })
 		return err
@@ -450,6 +457,16 @@ func (s *Supervisor) runOnce() error {
 // runServer is runOnce but for the status of a failed start.
 func (s *Supervisor) runServer() error {
 	s.setStatus(func(st *ServerStatus) { st.State, st.URL, st.PID = ServerStarting, "", 0 })
+	if a := s.takeAdoption(); a != nil {
+		began := time.Now()
+		run, client, err := s.adoptRun(a)
+		s.adoptDone(err)
+		if err == nil {
+			err = s.serve(run, client, a.URL, a.Token, began)
+			client.Close()
+			return err
+		}
+	}
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -480,9 +497,15 @@ func (s *Supervisor) runServer() error {
 		s.logTail(run)
 		return err
 	}
+	return s.serve(run, client, url, token, began)
+}
 
+// serve publishes a healthy server run as the next generation and returns
+// when it exits (with why) or when Stop or Handover is called (with nil).
+func (s *Supervisor) serve(run *serverRun, client *Client, url, token string, began time.Time) error {
 	s.mu.Lock()
 	gen := s.status.Generation + 1
+	s.live = run
 	client.stale = s.staleFunc(gen) // before publishing: no one else has it yet
 	s.client, s.token = client, token
 	s.mu.Unlock()
@@ -495,6 +518,9 @@ func (s *Supervisor) runServer() error {
 
 	select {
 	case <-run.exited:
+		s.mu.Lock()
+		s.live = nil
+		s.mu.Unlock()
 		err := fmt.Errorf("jupyter server exited unexpectedly: %s", exitDesc(run.waitErr))
 		// Mark the generation dead before anything else so that clients fail
 		// with ErrServerRestarted rather than with connection errors.
@@ -507,6 +533,9 @@ func (s *Supervisor) runServer() error {
 		s.logTail(run)
 		return err
 	case <-s.ctx.Done():
+		if s.leaveRunning(run) {
+			return nil
+		}
 		s.stopRun(run, true)
 		return nil
 	}
