@@ -113,7 +113,7 @@ type ServerStatus struct {
 	// every kernel of the previous generation is gone.
 	Generation uint64
 	URL        string // of the ready server; empty otherwise
-	PID        int    // of the server process; 0 for an external server
+	PID        int    // of the server process once spawned (or adopted), ready or not; 0 for an external server
 	// Err says why the last run ended or failed to start; nil if none did.
 	Err error
 	// StartFailing: the last attempt to start the server (or to reach the
@@ -459,6 +459,8 @@ func (s *Supervisor) runServer() error {
 	s.setStatus(func(st *ServerStatus) { st.State, st.URL, st.PID = ServerStarting, "", 0 })
 	if a := s.takeAdoption(); a != nil {
 		began := time.Now()
+		// Its port is envd's from the start (the ports monitor asks).
+		s.setStatus(func(st *ServerStatus) { st.PID = a.PID })
 		run, client, err := s.adoptRun(a)
 		s.adoptDone(err)
 		if err == nil {
@@ -466,6 +468,7 @@ func (s *Supervisor) runServer() error {
 			client.Close()
 			return err
 		}
+		s.setStatus(func(st *ServerStatus) { st.PID = 0 })
 	}
 	port, err := freePort()
 	if err != nil {
@@ -487,6 +490,7 @@ func (s *Supervisor) runServer() error {
 	if err != nil {
 		return fmt.Errorf("jupyter: start server: %w", err)
 	}
+	s.setStatus(func(st *ServerStatus) { st.PID = run.pid })
 	if err := s.waitHealthy(client, run); err != nil {
 		s.stopRun(run, false)
 		if s.ctx.Err() != nil {
