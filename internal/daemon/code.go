@@ -35,6 +35,9 @@ type codeExec struct {
 	svc     server.Route   // the Connect service
 	startup *startup.Temp  // kernel-side startup files, removed at stop
 	runAs   *identity.User // the kernels' account; nil: envd's own
+	// handedStartup are the startup files of the Jupyter server a live
+	// upgrade handed over, removed at stop too; nil: none.
+	handedStartup *startup.Temp
 }
 
 // sharedEnv is what commands and kernels both get on top of their own
@@ -238,8 +241,11 @@ func (c *codeExec) stop(ctx context.Context) {
 // cleanup removes the kernels' startup files (startup.Temp.Remove never
 // follows a link the kernels' user planted in its profile).
 func (c *codeExec) cleanup() {
-	if c.startup != nil {
-		if err := c.startup.Remove(); err != nil {
+	for _, t := range []*startup.Temp{c.startup, c.handedStartup} {
+		if t == nil {
+			continue
+		}
+		if err := t.Remove(); err != nil {
 			c.log.Warn("remove kernel startup files", "error", err)
 		}
 	}

@@ -29,10 +29,11 @@ import (
 // Live upgrade (docs/upgrade.md): POST /upgrade or SIGUSR2 replaces envd's
 // binary in the same pid without stopping the workload. The checks come
 // first and change nothing; once they pass, envd stops accepting, cuts the
-// requests still open, stops what it does not hand over yet (code
-// execution, port forwards, tunnels, watchers, package operations), parks
-// the processes, writes the handover record and execs the new binary,
-// which adopts the listeners and the processes (adopt, below).
+// requests still open, stops what it does not hand over (port forwards,
+// tunnels, package operations), hands over code execution (the Jupyter
+// server keeps running), parks the processes, writes the handover record
+// and execs the new binary, which adopts the listeners, the processes, the
+// Jupyter server with the contexts, and the watchers (adopt, below).
 
 // Grace periods of a handover.
 const (
@@ -57,6 +58,10 @@ type upgradeStatus struct {
 	To     string    `json:"to,omitempty"`
 	Result string    `json:"result"` // upgraded, refused, rolled_back
 	Error  string    `json:"error,omitempty"`
+	// Jupyter says, after an upgrade, what became of the Jupyter server
+	// handed over: "adopting", "adopted", or "restarted: why" (a new
+	// server: the contexts got new kernels). Empty: none was handed over.
+	Jupyter string `json:"jupyter,omitempty"`
 }
 
 // upgradeReq is an upgrade whose checks passed.
@@ -99,6 +104,11 @@ func (u *upgrader) get(w http.ResponseWriter, r *http.Request) {
 	u.lastMu.Lock()
 	last := u.last
 	u.lastMu.Unlock()
+	if last != nil && last.Result == "upgraded" {
+		cp := *last
+		cp.Jupyter = u.p.code.adopted()
+		last = &cp
+	}
 	upgrading := !u.busy.TryLock()
 	if !upgrading {
 		u.busy.Unlock()
@@ -257,8 +267,9 @@ func (p *parts) handOver(s *serving, req upgradeReq) error {
 	p.ports.stop()
 	p.tunls.Close()
 	stopCtx, cancel := context.WithTimeout(context.Background(), p.cfg.ShutdownGrace)
-	p.code.stop(stopCtx)
+	code := p.code.handover(stopCtx)
 	cancel()
+	watchers := p.files.HandoverWatchers()
 	p.files.Close()
 	p.boot.stop()
 
@@ -268,8 +279,15 @@ func (p *parts) handOver(s *serving, req upgradeReq) error {
 		log.Warn("handing over processes whose output did not stop: a chunk being read may be lost", "err", err)
 	}
 	cancel()
+	code.checkReaped(log)
 
 	rec, files, fds := p.record(s)
+	rec.Watchers = watchers
+	if code != nil {
+		rec.Jupyter = code.rec
+		cf, cfds := code.files()
+		files, fds = append(files, cf...), append(fds, cfds...)
+	}
 	exe, err := unix.Open("/proc/self/exe", unix.O_RDONLY, 0) // no O_CLOEXEC: the new envd keeps it
 	if err != nil {
 		return fmt.Errorf("upgrade: open envd's own binary: %w", err)
@@ -445,6 +463,9 @@ func (p *parts) adopt(ho *handover.Pending) (err error) {
 		inh.lns[listenerKey(l.GetRole(), l.GetNetwork())] = ln
 	}
 	adoption, err := p.procs.PrepareAdopt(rec.GetProcesses(), rec.GetEnded())
+	if err == nil {
+		err = checkJupyterRecord(rec.GetJupyter())
+	}
 	if err != nil {
 		inh.closeRest()
 		return err
@@ -458,16 +479,25 @@ func (p *parts) adopt(ho *handover.Pending) (err error) {
 	for _, pid := range adoption.Running() {
 		exits[pid] = reaper.Adopt(pid)
 	}
+	var jupyterExit <-chan reaper.Exit
+	if s := rec.GetJupyter().GetServer(); s != nil {
+		jupyterExit = reaper.Adopt(int(s.GetPid()))
+	}
 	if err := reaper.Enable(p.log); err != nil {
 		p.log.Warn("cannot reap orphans", "err", err)
 	}
 	adoption.Commit(exits)
+	if rec.GetJupyter() != nil {
+		p.code.adopt(rec.GetJupyter(), jupyterExit)
+	}
+	p.files.AdoptWatchers(rec.GetWatchers())
 	for _, l := range rec.GetListeners() {
 		unix.Close(int(l.GetFd()))
 	}
 	ho.Commit()
 	p.upg.setLast(upgradeStatus{From: rec.GetFromVersion(), To: Version, Result: "upgraded"})
-	p.log.Info("adopted the handover", "from", rec.GetFromVersion(), "processes", len(rec.GetProcesses()), "ended", len(rec.GetEnded()), "listeners", len(rec.GetListeners()))
+	p.log.Info("adopted the handover", "from", rec.GetFromVersion(), "processes", len(rec.GetProcesses()), "ended", len(rec.GetEnded()), "listeners", len(rec.GetListeners()),
+		"contexts", len(rec.GetJupyter().GetContexts()), "jupyter_server", rec.GetJupyter().GetServer().GetPid(), "watchers", len(rec.GetWatchers()))
 	if ho.RolledBack != "" {
 		p.upg.setLast(upgradeStatus{From: Version, Result: "rolled_back", Error: ho.RolledBack})
 		p.log.Error("the upgrade failed: this envd took its workload back", "err", ho.RolledBack)

@@ -41,15 +41,18 @@ func (f *Files) CreateWatcher(u *identity.User, dir string, o WatchOptions) (str
 	if err != nil {
 		return "", err
 	}
-	r := f.watchers
+	return f.watchers.register("", w)
+}
+
+// register registers w under id ("": a new one) and returns the id.
+func (r *registry) register(id string, w *Watch) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		w.Close()
 		return "", newErr(ErrClosed, nil, "envd is shutting down")
 	}
-	id := watcherID()
-	for r.byID[id] != nil {
+	for id == "" || r.byID[id] != nil {
 		id = watcherID()
 	}
 	r.byID[id] = &polled{w: w, lastPoll: r.clock.Now("watchers", "poll")}

@@ -153,6 +153,9 @@ func FDs(rec *hpb.Handover) []int {
 			}
 		}
 	}
+	if s := rec.GetJupyter().GetServer(); s != nil {
+		fds = append(fds, int(s.GetRuntimeDirFd()), int(s.GetConfigDirFd()), int(s.GetOutputFd()))
+	}
 	return fds
 }
 

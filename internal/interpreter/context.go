@@ -46,6 +46,9 @@ type Context struct {
 	restarts int          // REST restarts asked for; guarded by mu
 	current  *Execution   // the one holding the queue; guarded by mu
 	notices  []Notice     // for the next execution; guarded by mu
+	// handed is the kernel a live upgrade handed over, to reconnect to
+	// at the next use (reattach); guarded by mu.
+	handed *ContextState
 }
 
 // maxNotices bounds a context's pending notices: the oldest go first.
@@ -417,9 +420,11 @@ func (c *Context) kernel(ctx context.Context) (*kernelState, error) {
 		}
 		return nil, newErr(ErrNotReady, err, "%s: waiting for the Jupyter server: %v", ErrNotReady.Error(), err)
 	}
-	nks, err := c.startKernel(ctx, client, nil)
-	if err != nil {
-		return nil, err
+	nks := c.reattach(ctx, client)
+	if nks == nil {
+		if nks, err = c.startKernel(ctx, client, nil); err != nil {
+			return nil, err
+		}
 	}
 	c.mu.Lock()
 	if c.removed {
@@ -543,6 +548,7 @@ func (c *Context) restart(ctx context.Context) error {
 	c.restarts++
 	c.mu.Unlock()
 	if ks == nil {
+		c.forgetHanded(ctx)
 		return nil
 	}
 	if !ks.usable() {
@@ -581,6 +587,7 @@ func (c *Context) remove(ctx context.Context) error {
 	ks := c.ks
 	c.removing = true // running code now reports the removal, not a death
 	c.mu.Unlock()
+	c.forgetHanded(ctx)
 	if ks != nil && ks.client.Err() == nil {
 		if err := ks.client.DeleteKernel(ctx, ks.id); err != nil && !gone(err) {
 			c.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/quartz"
@@ -124,6 +125,8 @@ type Engine struct {
 	execs    map[string]*Execution // by id; guarded by mu
 	finished []*Execution          // oldest first; guarded by mu
 	lastErr  error                 // why the default context could not be created; guarded by mu
+
+	upgrading atomic.Bool // Handover: executions end saying envd is being upgraded
 }
 
 // New returns an engine; nothing runs until Start.
@@ -197,6 +200,7 @@ func (e *Engine) Start() {
 	e.wg.Add(2)
 	go e.bootstrap()
 	go e.watch()
+	e.reattachLocked()
 }
 
 // Ready is closed once the default Python context has been created.
@@ -249,7 +253,11 @@ func (e *Engine) Close() { e.Shutdown(context.Background()) }
 // start in flight until ctx ends), deletes the prestarted kernels no
 // context took, and does not delete the contexts' kernels: stopping the
 // supervisor does. Calls after the first return at once.
-func (e *Engine) Shutdown(ctx context.Context) {
+func (e *Engine) Shutdown(ctx context.Context) { e.shutdown(ctx, nil) }
+
+// shutdown is Shutdown; before, if set, is called with the contexts once
+// every execution ended, before their connections are closed.
+func (e *Engine) shutdown(ctx context.Context, before func([]*Context)) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -271,6 +279,9 @@ func (e *Engine) Shutdown(ctx context.Context) {
 	e.wg.Wait() // every execution's end is published
 	e.drain(ctx, execs)
 	e.pool.close()
+	if before != nil {
+		before(ctxs)
+	}
 	for _, c := range ctxs {
 		c.closeKernel()
 	}

@@ -210,7 +210,7 @@ func (x *Execution) later(d time.Duration, flag *bool, tag string) {
 // stopReason is how an execution stopped on request ends.
 func (x *Execution) stopReason() (EndReason, *ErrorValue) {
 	if x.eng.ctx.Err() != nil {
-		return EndInterrupted, &ErrorValue{Name: errNameUnexpected, Value: "envd is shutting down; the execution was stopped"}
+		return EndInterrupted, &ErrorValue{Name: errNameUnexpected, Value: x.eng.stoppedText("the execution was stopped")}
 	}
 	x.mu.Lock()
 	timedOut := x.timedOut
@@ -626,7 +626,7 @@ func (r *runner) failBeforeRun(err error) {
 	case errors.Is(err, errRemoved):
 		r.finish(EndContextRestarted, &ErrorValue{Name: errNameUnexpected, Value: "The context was removed before the code could run"})
 	case errors.Is(err, ErrClosed):
-		r.finish(EndInterrupted, &ErrorValue{Name: errNameUnexpected, Value: "envd is shutting down; the code did not run"})
+		r.finish(EndInterrupted, &ErrorValue{Name: errNameUnexpected, Value: r.x.eng.stoppedText("the code did not run")})
 	case errors.Is(err, ErrNotReady):
 		r.finish(EndError, &ErrorValue{Name: errNameSetup, Value: "The Jupyter server is not available: " + err.Error()})
 	default:

@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/envd-dev/envd/internal/reaper"
 )
 
@@ -27,6 +25,17 @@ import (
 //
 //go:embed jupyter_server_config.py
 var serverConfigPy []byte
+
+// parentWatchPy stops the server when envd is gone: it handles the
+// server's Pdeathsig (parentDeathSignal). Written to our
+// JUPYTER_CONFIG_DIR, before serverConfigPy.
+//
+//go:embed parent_watch.py
+var parentWatchPy []byte
+
+// parentKey names the environment variable holding envd's pid: the
+// server's parent, which parentWatchPy checks (an upgrade keeps the pid).
+const parentKey = "ENVD_JUPYTER_PARENT"
 
 // markerKey names the environment variable that tags every process of one
 // server run (the server, its kernels and their children), so that they can
@@ -163,6 +172,7 @@ func (s *Supervisor) env(marker string) []string {
 		// No MPLBACKEND: ipykernel selects the inline backend only when it is
 		// unset, and Agg would lose every plot's image/png.
 		marker,
+		parentKey + "=" + strconv.Itoa(os.Getpid()),
 	}
 	if u := s.opts.RunAs; u != nil && u.Name != "" {
 		env = append(env, "USER="+u.Name, "LOGNAME="+u.Name)
@@ -175,12 +185,11 @@ func (s *Supervisor) env(marker string) []string {
 // rundir.go.
 func (s *Supervisor) writeConfig(token string) error {
 	cfg := s.dirs.config
-	const py = "jupyter_server_config.py"
-	if s.opts.DisableLatencyFixes {
-		if err := unix.Unlinkat(int(cfg.Fd()), py, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("jupyter: write config: %w", err)
-		}
-	} else if err := writeFileAt(cfg, py, serverConfigPy, 0o644, -1); err != nil {
+	py := append([]byte{}, parentWatchPy...)
+	if !s.opts.DisableLatencyFixes {
+		py = append(py, serverConfigPy...)
+	}
+	if err := writeFileAt(cfg, "jupyter_server_config.py", py, 0o644, -1); err != nil {
 		return err
 	}
 	js, err := json.Marshal(map[string]any{"ServerApp": map[string]any{

@@ -113,7 +113,7 @@ type ServerStatus struct {
 	// every kernel of the previous generation is gone.
 	Generation uint64
 	URL        string // of the ready server; empty otherwise
-	PID        int    // of the server process; 0 for an external server
+	PID        int    // of the server process once spawned (or adopted), ready or not; 0 for an external server
 	// Err says why the last run ended or failed to start; nil if none did.
 	Err error
 	// StartFailing: the last attempt to start the server (or to reach the
@@ -153,6 +153,13 @@ type Supervisor struct {
 	client    *Client       // of the ready generation; guarded by mu
 	token     string        // guarded by mu
 	connDir   string        // where kernels' connection files go; guarded by mu
+
+	// A live upgrade (handover.go).
+	adopt    *Adoption  // the server to adopt at Start; guarded by mu
+	adopted  adoptState // what became of it; guarded by mu
+	live     *serverRun // the published run; guarded by mu
+	handing  bool       // Handover stops supervising without stopping the server; guarded by mu
+	handedTo *serverRun // the run Handover left running; guarded by mu
 }
 
 // New returns a Supervisor; nothing runs until Start.
@@ -209,7 +216,7 @@ func (s *Supervisor) Start(ctx context.Context) error {
 		close(s.done) // no supervision loop
 		return s.attach(ctx)
 	}
-	if err := s.prepareDir(); err != nil {
+	if err := s.prepareOrAdoptDir(); err != nil {
 		close(s.done)
 		s.setStatus(func(st *ServerStatus) { st.Err, st.StartFailing = err, true })
 		return err
@@ -450,6 +457,19 @@ func (s *Supervisor) runOnce() error {
 // runServer is runOnce but for the status of a failed start.
 func (s *Supervisor) runServer() error {
 	s.setStatus(func(st *ServerStatus) { st.State, st.URL, st.PID = ServerStarting, "", 0 })
+	if a := s.takeAdoption(); a != nil {
+		began := time.Now()
+		// Its port is envd's from the start (the ports monitor asks).
+		s.setStatus(func(st *ServerStatus) { st.PID = a.PID })
+		run, client, err := s.adoptRun(a)
+		s.adoptDone(err)
+		if err == nil {
+			err = s.serve(run, client, a.URL, a.Token, began)
+			client.Close()
+			return err
+		}
+		s.setStatus(func(st *ServerStatus) { st.PID = 0 })
+	}
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -470,6 +490,7 @@ func (s *Supervisor) runServer() error {
 	if err != nil {
 		return fmt.Errorf("jupyter: start server: %w", err)
 	}
+	s.setStatus(func(st *ServerStatus) { st.PID = run.pid })
 	if err := s.waitHealthy(client, run); err != nil {
 		s.stopRun(run, false)
 		if s.ctx.Err() != nil {
@@ -480,9 +501,15 @@ func (s *Supervisor) runServer() error {
 		s.logTail(run)
 		return err
 	}
+	return s.serve(run, client, url, token, began)
+}
 
+// serve publishes a healthy server run as the next generation and returns
+// when it exits (with why) or when Stop or Handover is called (with nil).
+func (s *Supervisor) serve(run *serverRun, client *Client, url, token string, began time.Time) error {
 	s.mu.Lock()
 	gen := s.status.Generation + 1
+	s.live = run
 	client.stale = s.staleFunc(gen) // before publishing: no one else has it yet
 	s.client, s.token = client, token
 	s.mu.Unlock()
@@ -495,6 +522,9 @@ func (s *Supervisor) runServer() error {
 
 	select {
 	case <-run.exited:
+		s.mu.Lock()
+		s.live = nil
+		s.mu.Unlock()
 		err := fmt.Errorf("jupyter server exited unexpectedly: %s", exitDesc(run.waitErr))
 		// Mark the generation dead before anything else so that clients fail
 		// with ErrServerRestarted rather than with connection errors.
@@ -507,6 +537,9 @@ func (s *Supervisor) runServer() error {
 		s.logTail(run)
 		return err
 	case <-s.ctx.Done():
+		if s.leaveRunning(run) {
+			return nil
+		}
 		s.stopRun(run, true)
 		return nil
 	}
