@@ -132,11 +132,20 @@ type upgradeError struct {
 func (e *upgradeError) Error() string { return e.msg }
 
 // check opens and checks the binary, and runs its preflight; the caller
-// holds u.busy.
+// holds u.busy. Once it passed, the snapshot hooks' lock is held (see
+// Hooks.HoldForUpgrade) until the exec.
 func (u *upgrader) check(ctx context.Context, path, sha string) (upgradeReq, error) {
-	if u.p.hooks.Frozen() {
-		return upgradeReq{}, &upgradeError{http.StatusConflict, "the workload or the filesystem is frozen (/freeze, /fsfreeze): upgrade once it is thawed"}
+	// Held from here to the exec: no freeze may start in between.
+	release, err := u.p.hooks.HoldForUpgrade()
+	if err != nil {
+		return upgradeReq{}, &upgradeError{http.StatusConflict, err.Error()}
 	}
+	ok := false
+	defer func() {
+		if !ok {
+			release()
+		}
+	}()
 	bin, err := handover.OpenBinary(path, sha)
 	if err != nil {
 		status := http.StatusUnprocessableEntity
@@ -154,6 +163,7 @@ func (u *upgrader) check(ctx context.Context, path, sha string) (upgradeReq, err
 		}
 		return upgradeReq{}, &upgradeError{status, err.Error()}
 	}
+	ok = true
 	return upgradeReq{bin: bin, info: info}, nil
 }
 

@@ -83,7 +83,7 @@ func (h *Hooks) locked(f http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !h.mu.TryLock() {
 			w.Header().Set("Retry-After", "1")
-			server.WriteError(w, http.StatusServiceUnavailable, "another freeze, thaw or collapse is in progress: retry when it ends")
+			server.WriteError(w, http.StatusServiceUnavailable, "another freeze, thaw or collapse, or a live upgrade, is in progress: retry when it ends")
 			return
 		}
 		defer h.mu.Unlock()
