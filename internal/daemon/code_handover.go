@@ -32,8 +32,8 @@ func (c *codeExec) handover(ctx context.Context) *codeHandover {
 	if c.sup == nil {
 		return nil
 	}
-	states := c.eng.Handover(ctx)
-	ch := &codeHandover{rec: &hpb.Jupyter{Contexts: contextsToProto(states)}}
+	states, execs := c.eng.Handover(ctx)
+	ch := &codeHandover{rec: &hpb.Jupyter{Contexts: contextsToProto(states), Executions: execs}}
 	h, ok := c.sup.Handover()
 	if !ok {
 		c.log.Warn("no running Jupyter server to hand over: the new envd starts one, and the contexts get new kernels")
@@ -105,6 +105,7 @@ func (c *codeExec) adopt(j *hpb.Jupyter, exited <-chan reaper.Exit) {
 		return
 	}
 	c.eng.Adopt(contextsFromProto(j.GetContexts()))
+	c.eng.AdoptExecutions(j.GetExecutions())
 	if s == nil {
 		return
 	}

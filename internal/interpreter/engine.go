@@ -123,6 +123,7 @@ type Engine struct {
 	defaults map[string]*Context   // by language; guarded by mu
 	creating map[string]*creation  // language default being created; guarded by mu
 	execs    map[string]*Execution // by id; guarded by mu
+	upgraded map[string]bool       // ids from the envd before a live upgrade (AdoptExecutions); guarded by mu
 	finished []*Execution          // oldest first; guarded by mu
 	lastErr  error                 // why the default context could not be created; guarded by mu
 
@@ -863,6 +864,10 @@ func (e *Engine) Execution(id string) (*Execution, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	x, ok := e.execs[id]
+	if !ok && e.upgraded[id] {
+		return nil, newErr(ErrExecutionNotFound, nil, "execution %q is gone: envd was upgraded while it ran or after it ended, "+
+			"and its output is not kept across an upgrade (its context kept its state: run the code again, or read what it stored)", id)
+	}
 	if !ok {
 		return nil, newErr(ErrExecutionNotFound, nil, "execution %q not found: it never existed, or it ended too long ago "+
 			"(envd keeps the last %d finished executions for %s)", id, maxFinished, e.opts.KeepFinished)

@@ -60,10 +60,13 @@ func (e *Engine) stoppedText(what string) string {
 // left running (only their connections close), and that the code running
 // in them when it was called is interrupted, so that they are idle for the
 // next envd.
-func (e *Engine) Handover(ctx context.Context) []ContextState {
+func (e *Engine) Handover(ctx context.Context) (_ []ContextState, executions []string) {
 	e.upgrading.Store(true)
 	var busy []*kernelState
 	e.mu.Lock()
+	// Those an earlier upgrade handed over first (AdoptExecutions keeps
+	// the last ones), then this envd's own.
+	executions = append(slices.Sorted(maps.Keys(e.upgraded)), slices.Sorted(maps.Keys(e.execs))...)
 	for _, c := range e.order {
 		c.mu.Lock()
 		if c.current != nil && c.ks != nil {
@@ -88,7 +91,29 @@ func (e *Engine) Handover(ctx context.Context) []ContextState {
 		}
 		cancel()
 	}
-	return states
+	return states, executions
+}
+
+// maxUpgraded bounds the execution ids an envd keeps from the envds before
+// its upgrades (see AdoptExecutions).
+const maxUpgraded = 4096
+
+// AdoptExecutions records the ids of the executions the envd before a live
+// upgrade knew (stopped or ended): a client reattaching to one learns that
+// the upgrade ended it rather than that it never existed. At most
+// maxUpgraded, the last ones, are kept.
+func (e *Engine) AdoptExecutions(ids []string) {
+	if len(ids) > maxUpgraded {
+		ids = ids[len(ids)-maxUpgraded:]
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.upgraded == nil {
+		e.upgraded = make(map[string]bool, len(ids))
+	}
+	for _, id := range ids {
+		e.upgraded[id] = true
+	}
 }
 
 // state describes the context for a handover; no execution may run.

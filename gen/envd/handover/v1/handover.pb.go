@@ -1058,7 +1058,12 @@ type Jupyter struct {
 	// ran (it was starting, or restarting after a crash).
 	Server *JupyterServer `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
 	// contexts are the code contexts, in creation order.
-	Contexts      []*CodeContext `protobuf:"bytes,2,rep,name=contexts,proto3" json:"contexts,omitempty"`
+	Contexts []*CodeContext `protobuf:"bytes,2,rep,name=contexts,proto3" json:"contexts,omitempty"`
+	// executions are the ids of the executions the old envd still knew:
+	// those it stopped, and those that had ended. Their output is not handed
+	// over; the new envd tells a client that reattaches to one what became
+	// of it.
+	Executions    []string `protobuf:"bytes,3,rep,name=executions,proto3" json:"executions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1103,6 +1108,13 @@ func (x *Jupyter) GetServer() *JupyterServer {
 func (x *Jupyter) GetContexts() []*CodeContext {
 	if x != nil {
 		return x.Contexts
+	}
+	return nil
+}
+
+func (x *Jupyter) GetExecutions() []string {
+	if x != nil {
+		return x.Executions
 	}
 	return nil
 }
@@ -1719,10 +1731,13 @@ const file_envd_handover_v1_handover_proto_rawDesc = "" +
 	"\x04exit\x18\x06 \x01(\v2\x16.envd.handover.v1.ExitR\x04exit\x120\n" +
 	"\x06output\x18\a \x01(\v2\x18.envd.handover.v1.OutputR\x06output\x124\n" +
 	"\x16retention_remaining_ns\x18\b \x01(\x03R\x14retentionRemainingNsB\x06\n" +
-	"\x04_tag\"}\n" +
+	"\x04_tag\"\x9d\x01\n" +
 	"\aJupyter\x127\n" +
 	"\x06server\x18\x01 \x01(\v2\x1f.envd.handover.v1.JupyterServerR\x06server\x129\n" +
-	"\bcontexts\x18\x02 \x03(\v2\x1d.envd.handover.v1.CodeContextR\bcontexts\"\xb4\x02\n" +
+	"\bcontexts\x18\x02 \x03(\v2\x1d.envd.handover.v1.CodeContextR\bcontexts\x12\x1e\n" +
+	"\n" +
+	"executions\x18\x03 \x03(\tR\n" +
+	"executions\"\xb4\x02\n" +
 	"\rJupyterServer\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\rR\x03pid\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x14\n" +
