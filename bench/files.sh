@@ -9,6 +9,10 @@
 # Runs are interleaved (every contender once per round, BENCH_FILE_RUNS
 # rounds, default 3), each after a sync; each contender's best time counts. Prints ROW lines for
 # bench/run.sh's table; each ratio is envd's time over the baseline's.
+# The files live in a tmpfs (/dev/shm when there is one; BENCH_FILES_DIR to
+# choose): on a disk, writeback of the previous gigabyte lands at random in
+# later transfers (the upload rows varied from 1.1x to 2.2x between runs).
+# BENCH_FILES_DIR=/tmp measures the disk too.
 #
 #   bench/files.sh                 # builds bin/envd
 #   ENVD_BIN=/path/envd BENCH_FILE_MIB=256 bench/files.sh
@@ -27,7 +31,12 @@ for tool in curl cp cmp python3; do
 	command -v "$tool" >/dev/null || { echo "files.sh: $tool is missing" >&2; exit 1; }
 done
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/envd-bench-files.XXXXXX")
+dir=${BENCH_FILES_DIR:-}
+if [[ -z $dir ]]; then
+	dir=${TMPDIR:-/tmp}
+	[[ -d /dev/shm && -w /dev/shm ]] && dir=/dev/shm
+fi
+work=$(mktemp -d "$dir/envd-bench-files.XXXXXX")
 chmod 777 "$work"
 floor_pid=
 cleanup() {

@@ -119,6 +119,9 @@ function copyJupyter(envdPid) {
   for (const f of fs.readdirSync(config)) fs.chownSync(path.join(config, f), uid, gid)
   const token = JSON.parse(fs.readFileSync(path.join(config, 'jupyter_server_config.json'), 'utf8')).ServerApp.token
   delete env.ENVD_JUPYTER_RUN // envd's tag for its own server's processes
+  // envd's pid, which the server's config stops it on when its parent is
+  // another (envd gone): this server's parent is this script.
+  delete env.ENVD_JUPYTER_PARENT
   env.JUPYTER_CONFIG_DIR = config
   env.JUPYTER_RUNTIME_DIR = runtime
   if (!argv.some((a) => a.startsWith('--ServerApp.port='))) throw new Error(`no --ServerApp.port in ${argv.join(' ')}`)
