@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -79,6 +80,13 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func main() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		// envctl is short-lived, and streaming output it allocates a
+		// message's bytes per message: collecting less often costs a few
+		// MiB and saves about a tenth of the time of `envctl run` printing
+		// a gigabyte (bench/stream.sh: 2.6 s instead of 2.9-3.3 s here).
+		debug.SetGCPercent(400)
+	}
 	os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
