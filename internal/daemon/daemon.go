@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
-	"github.com/mdlayher/vsock"
 	"golang.org/x/sync/errgroup"
 
 	hpb "github.com/envd-dev/envd/gen/envd/handover/v1"
@@ -551,9 +550,13 @@ func listen(cfg Config) ([]net.Listener, error) {
 	}
 	lns = append(lns, ln)
 	if cfg.VsockPort != 0 {
-		ln, err := vsock.Listen(cfg.VsockPort, nil)
-		if err != nil {
-			return fail(fmt.Errorf("listen on vsock port %d: %w", cfg.VsockPort, err))
+		ln := cfg.inherited.take("main/vsock")
+		if ln == nil {
+			vl, err := listenVsock(cfg.VsockPort)
+			if err != nil {
+				return fail(err)
+			}
+			ln = vl
 		}
 		lns = append(lns, ln)
 	}

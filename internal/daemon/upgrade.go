@@ -397,8 +397,11 @@ func (l *handoverListener) file() (*os.File, string, error) {
 	case *net.UnixListener:
 		f, err := ln.File()
 		return f, "unix", err
+	case *vsockListener:
+		f, err := ln.file()
+		return f, "vsock", err
 	}
-	return nil, "", fmt.Errorf("a %T cannot be handed over (stage 1: TCP and unix sockets)", l.Listener)
+	return nil, "", fmt.Errorf("a %T cannot be handed over (TCP, unix and vsock sockets can)", l.Listener)
 }
 
 func (s *serving) stopAccepting() {
@@ -410,7 +413,7 @@ func (s *serving) stopAccepting() {
 // inherited are the listeners a handover passed on, by what they serve.
 type inherited struct {
 	mu  sync.Mutex
-	lns map[string]net.Listener // "main/tcp", "main/unix", "code/tcp"
+	lns map[string]net.Listener // "main/tcp", "main/unix", "main/vsock", "code/tcp"
 }
 
 func (i *inherited) take(key string) net.Listener {
@@ -464,8 +467,13 @@ func (p *parts) adopt(ho *handover.Pending) (err error) {
 			return fmt.Errorf("listener %s (fd %d): %w", l.GetAddr(), l.GetFd(), err)
 		}
 		f := os.NewFile(uintptr(dup), l.GetAddr())
-		ln, err := net.FileListener(f)
-		f.Close()
+		var ln net.Listener
+		if l.GetNetwork() == "vsock" {
+			ln, err = vsockFromFile(f) // takes f
+		} else {
+			ln, err = net.FileListener(f)
+			f.Close()
+		}
 		if err != nil {
 			inh.closeRest()
 			return fmt.Errorf("listener %s (fd %d): %w", l.GetAddr(), l.GetFd(), err)
