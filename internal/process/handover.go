@@ -425,21 +425,7 @@ func (a *Adoption) Commit(exits map[int]<-chan reaper.Exit) {
 		if r.GetKilled() {
 			p.killOnce.Do(func() { close(p.killc) })
 		}
-		var sigMu sync.Mutex
-		released := false // guarded by sigMu
-		p.signal = func(s syscall.Signal) error {
-			sigMu.Lock()
-			defer sigMu.Unlock()
-			if released {
-				return os.ErrProcessDone
-			}
-			return signalGroup(p.pid, p.tty != nil, s)
-		}
-		p.release = func() {
-			sigMu.Lock()
-			released = true
-			sigMu.Unlock()
-		}
+		p.serializeSignals(nil)
 		exitc := exits[int(r.GetPid())]
 		if e := r.GetReaped(); e != nil {
 			ex := reaper.Exit{Status: syscall.WaitStatus(e.GetWaitStatus())}

@@ -195,6 +195,31 @@ func validate(o StartOptions) error {
 	return nil
 }
 
+// serializeSignals sets p.signal and p.release so that they are
+// serialized: a signal racing the end must find the process done, not
+// released (an error that is neither). onRelease, if set, runs once as the
+// process is released.
+func (p *Process) serializeSignals(onRelease func()) {
+	var mu sync.Mutex
+	released := false // guarded by mu
+	p.signal = func(s syscall.Signal) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if released {
+			return os.ErrProcessDone
+		}
+		return signalGroup(p.pid, p.tty != nil, s)
+	}
+	p.release = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !released && onRelease != nil {
+			onRelease()
+		}
+		released = true
+	}
+}
+
 // checkOpenLocked refuses new processes once Shutdown has begun.
 func (m *Manager) checkOpenLocked() error {
 	if m.closed {
@@ -312,24 +337,7 @@ func (p *Process) spawn(cmd *exec.Cmd, childEnds []*os.File, o StartOptions) (<-
 		return nil, spawnError(errors.Unwrap(err), "start %s", o.Config.Cmd)
 	}
 	p.pid = uint32(cmd.Process.Pid)
-	// Signal and Release are serialized: a signal racing the end must find
-	// the process done, not released (an error that is neither).
-	var sigMu sync.Mutex
-	released := false // guarded by sigMu
-	p.signal = func(s syscall.Signal) error {
-		sigMu.Lock()
-		defer sigMu.Unlock()
-		if released {
-			return os.ErrProcessDone
-		}
-		return signalGroup(p.pid, p.tty != nil, s)
-	}
-	p.release = func() {
-		sigMu.Lock()
-		released = true
-		cmd.Process.Release()
-		sigMu.Unlock()
-	}
+	p.serializeSignals(func() { cmd.Process.Release() })
 	return exitc, nil
 }
 
