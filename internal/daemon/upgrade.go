@@ -307,7 +307,7 @@ func (p *parts) handOver(s *serving, req upgradeReq) error {
 	if err != nil {
 		return fmt.Errorf("upgrade: %w", err)
 	}
-	memFD := fdOf(mem)
+	memFD := handover.FD(mem)
 	if err := handover.SetInherit(append(fds, memFD, exe), true); err != nil {
 		return fmt.Errorf("upgrade: keep descriptors open across the exec: %w", err)
 	}
@@ -323,14 +323,6 @@ func (p *parts) handOver(s *serving, req upgradeReq) error {
 	return fmt.Errorf("upgrade: %v; and exec'ing envd back: %v", err, err2)
 }
 
-func fdOf(f *os.File) int {
-	fd := -1
-	if rc, err := f.SyscallConn(); err == nil {
-		rc.Control(func(u uintptr) { fd = int(u) })
-	}
-	return fd
-}
-
 // record is the handover record of everything handed over; files are the
 // listeners' descriptors (keep them referenced until the exec), fds every
 // descriptor the record names.
@@ -343,7 +335,7 @@ func (p *parts) record(s *serving) (rec *hpb.Handover, files []*os.File, fds []i
 			continue
 		}
 		files = append(files, f)
-		fd := fdOf(f)
+		fd := handover.FD(f)
 		fds = append(fds, fd)
 		rec.Listeners = append(rec.Listeners, &hpb.Listener{Fd: int32(fd), Role: l.role, Addr: l.Addr().String(), Network: network})
 	}

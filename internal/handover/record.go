@@ -71,6 +71,18 @@ var versionForErrors = "this version"
 // SetVersion names this envd's version in the errors the package makes.
 func SetVersion(v string) { versionForErrors = "version " + v }
 
+// FD is f's descriptor number, for a record or the exec's list of
+// descriptors to keep. Unlike File.Fd it leaves the descriptor's mode
+// alone (Fd makes it blocking; the new envd reads it through its poller).
+// -1 if f is closed.
+func FD(f *os.File) int {
+	fd := -1
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(u uintptr) { fd = int(u) })
+	}
+	return fd
+}
+
 // Write puts rec in a new memfd, sealed against changes, and returns it
 // (close-on-exec: the caller clears the flag right before the exec).
 func Write(rec *hpb.Handover) (*os.File, error) {

@@ -15,17 +15,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func fdOf(t *testing.T, f *os.File) int {
-	t.Helper()
-	fd := -1
-	rc, err := f.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.Control(func(u uintptr) { fd = int(u) })
-	return fd
-}
-
 // TestRecordRoundTrip: a record written to its memfd reads back whole,
 // and the memfd is sealed against changes.
 func TestRecordRoundTrip(t *testing.T) {
@@ -37,7 +26,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	out, err := handover.Read(fdOf(t, f))
+	out, err := handover.Read(handover.FD(f))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +46,7 @@ func TestRecordNewerSchemaRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	_, err = handover.Read(fdOf(t, f))
+	_, err = handover.Read(handover.FD(f))
 	var se *handover.SchemaError
 	if !errors.As(err, &se) {
 		t.Fatalf("read a newer record: %v, want a SchemaError", err)

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/envd-dev/envd/internal/handover"
 	"github.com/envd-dev/envd/internal/reaper"
 )
 
@@ -88,16 +89,9 @@ func (s *Supervisor) Handover() (*ServerHandover, bool) {
 	_ = run.outR.SetReadDeadline(time.Now())
 	<-run.outDone
 	h.PID, h.Marker = run.pid, run.marker
-	h.DirFD, h.ConfigFD, h.OutputFD = int(s.dirs.top.Fd()), int(s.dirs.config.Fd()), fileFD(run.outR)
+	h.DirFD, h.ConfigFD, h.OutputFD = int(s.dirs.top.Fd()), int(s.dirs.config.Fd()), handover.FD(run.outR)
 	h.Keep = []*os.File{s.dirs.top, s.dirs.config, run.outR}
-	s.mu.Lock()
-	c := s.client
-	s.client, s.token = nil, ""
-	s.mu.Unlock()
-	if c != nil {
-		c.Close()
-	}
-	s.setStatus(func(st *ServerStatus) { st.State, st.URL, st.PID = ServerStopped, "", 0 })
+	s.dropClient()
 	s.log.Info("jupyter server handed over, running", "pid", h.PID, "url", h.URL)
 	return h, true
 }
@@ -117,16 +111,6 @@ func (s *Supervisor) leaveRunning(run *serverRun) bool {
 	}
 	s.handedTo, s.live = run, nil
 	return true
-}
-
-// fileFD is f's descriptor, left in the mode it is in (File.Fd would make
-// it blocking).
-func fileFD(f *os.File) int {
-	fd := -1
-	if rc, err := f.SyscallConn(); err == nil {
-		_ = rc.Control(func(u uintptr) { fd = int(u) })
-	}
-	return fd
 }
 
 // Adopt makes Start take over a server handed over rather than start one.

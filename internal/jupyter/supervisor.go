@@ -301,6 +301,14 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 	} else {
 		close(s.done)
 	}
+	s.dropClient()
+	return s.removeDir()
+}
+
+// dropClient closes and forgets the client of the server and its token,
+// and says the server is stopped: no one reaches it through s any more
+// (Stop, and Handover, which leaves it running for the next envd).
+func (s *Supervisor) dropClient() {
 	s.mu.Lock()
 	c := s.client
 	s.client, s.token = nil, ""
@@ -309,7 +317,6 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 		c.Close()
 	}
 	s.setStatus(func(st *ServerStatus) { st.State, st.URL, st.PID = ServerStopped, "", 0 })
-	return s.removeDir()
 }
 
 // Ready blocks until the server is healthy, ctx is done, or the supervisor

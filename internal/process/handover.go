@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	hpb "github.com/envd-dev/envd/gen/envd/handover/v1"
+	"github.com/envd-dev/envd/internal/handover"
 	"github.com/envd-dev/envd/internal/outbuf"
 	"github.com/envd-dev/envd/internal/reaper"
 )
@@ -206,16 +207,6 @@ func (m *Manager) Unpark() {
 	m.mu.Unlock()
 }
 
-// fdOf is f's descriptor, without putting it in blocking mode (as Fd
-// would: the new envd reads it through its poller).
-func fdOf(f *os.File) int32 {
-	fd := int32(-1)
-	if rc, err := f.SyscallConn(); err == nil {
-		rc.Control(func(u uintptr) { fd = int32(u) })
-	}
-	return fd
-}
-
 func outputOf(l *outbuf.Log) *hpb.Output {
 	start, end, recs, _ := l.Snapshot()
 	out := &hpb.Output{Start: start, End: end, Records: make([]*hpb.Record, len(recs))}
@@ -261,9 +252,10 @@ func (m *Manager) Snapshot() (live []*hpb.Process, ended []*hpb.EndedProcess, fd
 		}
 		rec := &hpb.Process{Pid: p.pid, Tag: p.tag, OwnerUid: p.owner, Command: commandOf(p.config), Output: outputOf(p.log)}
 		fd := func(f *os.File) *int32 {
-			n := fdOf(f)
-			fds = append(fds, int(n))
-			return &n
+			n := handover.FD(f)
+			fds = append(fds, n)
+			fd32 := int32(n)
+			return &fd32
 		}
 		if p.tty != nil {
 			rec.PtyFd = fd(p.tty)
@@ -468,20 +460,7 @@ func (m *Manager) adopted(pid uint32, tag *string, owner uint32, cmd *hpb.Comman
 	if err != nil { // PrepareAdopt checked it
 		panic(err)
 	}
-	p := &Process{
-		pid:     pid,
-		tag:     tag,
-		owner:   owner,
-		config:  configOf(cmd),
-		log:     log,
-		done:    make(chan struct{}),
-		logSize: m.opts.LogSize,
-		clock:   m.opts.Clock,
-		killc:   make(chan struct{}),
-		inSem:   make(chan struct{}, 1),
-		cgroups: m.opts.Cgroups,
-		logger:  m.logger,
-	}
-	p.startPacing()
+	p := m.process(tag, owner, configOf(cmd), log)
+	p.pid = pid
 	return p
 }

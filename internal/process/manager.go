@@ -20,6 +20,7 @@ import (
 
 	"github.com/envd-dev/envd/internal/cgroup"
 	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/outbuf"
 	"github.com/envd-dev/envd/internal/reaper"
 )
 
@@ -251,11 +252,17 @@ func (m *Manager) command(o StartOptions) (*exec.Cmd, error) {
 }
 
 func (m *Manager) newProcess(o StartOptions) *Process {
+	return m.process(o.Tag, o.User.UID, o.Config, newLog(m.opts))
+}
+
+// process is a Process with its output in log, not started (no pid yet):
+// what a start and a live upgrade's adoption (handover.go) have in common.
+func (m *Manager) process(tag *string, owner uint32, config Config, log *outbuf.Log) *Process {
 	p := &Process{
-		tag:     o.Tag,
-		owner:   o.User.UID,
-		config:  o.Config,
-		log:     newLog(m.opts),
+		tag:     tag,
+		owner:   owner,
+		config:  config,
+		log:     log,
 		done:    make(chan struct{}),
 		logSize: m.opts.LogSize,
 		clock:   m.opts.Clock,
