@@ -27,18 +27,13 @@
 import { createRequire } from 'node:module'
 import { startEnvd, stopEnvd, waitFor } from '../test/compat/harness.mjs'
 import { kernelHelper, plainKernel } from './kernel-helper.mjs'
+import { fmt, median, ms } from './stats.mjs'
 
 const runs = Number(process.argv[2] || 200)
 const starts = Number(process.argv[3] || 15)
 const require = createRequire(new URL('../test/compat/package.json', import.meta.url))
 const { Sandbox } = await import(require.resolve('@e2b/code-interpreter'))
 
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b)
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2
-}
-const ms = (t0) => Number(process.hrtime.bigint() - t0) / 1e6
-const fmt = (x) => x.toFixed(2)
 const row = (key, envd, base) => console.log(['ROW', key, `${fmt(envd)} ms`, `${fmt(base)} ms`, fmt(envd / base)].join('\t'))
 
 // kernelInfo tells the user, environment and connection file of ctx's

@@ -16,6 +16,7 @@
 import { spawn, execFileSync } from 'node:child_process'
 import { createRequire } from 'node:module'
 import { startEnvd, stopEnvd } from '../test/compat/harness.mjs'
+import { fmt, median, ms, p99 } from './stats.mjs'
 
 const runs = Number(process.argv[2] || 200)
 const rounds = Number(process.argv[3] || 20)
@@ -42,15 +43,6 @@ function direct() {
   })
 }
 
-const sorted = (xs) => [...xs].sort((a, b) => a - b)
-const median = (xs) => {
-  const s = sorted(xs)
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2
-}
-// p99 by the nearest rank.
-const p99 = (xs) => sorted(xs)[Math.max(0, Math.ceil(0.99 * xs.length) - 1)]
-const ms = (t0) => Number(process.hrtime.bigint() - t0) / 1e6
-const fmt = (x) => x.toFixed(2)
 const row = (key, envd, base, ratio) => console.log(['ROW', key, envd, base, fmt(ratio)].join('\t'))
 
 // timed runs f and resolves to its latency in ms.

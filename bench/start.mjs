@@ -27,17 +27,12 @@ import path from 'node:path'
 import { createRequire } from 'node:module'
 import { envdBinary, freePort, sleep } from '../test/compat/harness.mjs'
 import { kernelHelper, plainKernelEnv } from './kernel-helper.mjs'
+import { fmt, median, ms } from './stats.mjs'
 
 const runs = Number(process.argv[2] || 5)
 const require = createRequire(new URL('../test/compat/package.json', import.meta.url))
 const { Sandbox } = await import(require.resolve('@e2b/code-interpreter'))
 
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b)
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2
-}
-const ms = (t0) => Number(process.hrtime.bigint() - t0) / 1e6
-const fmt = (x) => x.toFixed(2)
 const POLL_MS = 5
 const DEADLINE_MS = 120000
 
