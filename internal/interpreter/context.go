@@ -102,7 +102,7 @@ func (e *Engine) kernelOptions(kernel string) jupyter.KernelOptions {
 		ReaderGrace: 2*e.opts.ReaderGrace + time.Second,
 	}
 	if kernel == "deno" {
-		o.PostIdleGrace = e.opts.DenoGrace
+		o.FlushAfterIdle = e.opts.DenoFlush
 	}
 	return o
 }

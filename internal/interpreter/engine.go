@@ -64,9 +64,11 @@ type Options struct {
 	// KeepFinished is how long a finished execution stays findable by id.
 	// Zero: 1 min. At most maxFinished are kept.
 	KeepFinished time.Duration
-	// DenoGrace keeps a Deno execution open this long after it reported
-	// completion, to collect its late outputs. Zero: 50 ms.
-	DenoGrace time.Duration
+	// DenoFlush bounds how long a Deno execution that reported completion
+	// waits for its flush, which collects the outputs Deno publishes after
+	// idle (jupyter.KernelOptions.FlushAfterIdle; the flush takes one round
+	// trip to the kernel). Zero: 5 s.
+	DenoFlush time.Duration
 	// CreateTimeout bounds the creation of a language's default context,
 	// which is not tied to the request that triggered it, and each start
 	// of a prestarted kernel. Zero: 2 min.
@@ -159,8 +161,8 @@ func New(opts Options) *Engine {
 	if opts.KeepFinished <= 0 {
 		opts.KeepFinished = time.Minute
 	}
-	if opts.DenoGrace <= 0 {
-		opts.DenoGrace = 50 * time.Millisecond
+	if opts.DenoFlush <= 0 {
+		opts.DenoFlush = 5 * time.Second
 	}
 	if opts.CreateTimeout <= 0 {
 		opts.CreateTimeout = 2 * time.Minute

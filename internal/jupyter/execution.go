@@ -8,8 +8,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/coder/quartz"
 )
 
 // Execution is one execute_request in flight. Its messages (every message
@@ -19,9 +17,9 @@ import (
 // Next.
 //
 // It completes only when both the shell execute_reply and the iopub
-// "status: idle" have arrived (plus KernelOptions.PostIdleGrace): the two
-// channels are not ordered, and the reply can come a second before the last
-// output. It ends early with ErrKernelRestarted, ErrKernelDied,
+// "status: idle" have arrived (and, with KernelOptions.FlushAfterIdle, the
+// flush request's idle after them): the two channels are not ordered, and
+// the reply can come a second before the last output. It ends early with ErrKernelRestarted, ErrKernelDied,
 // ErrConnectionLost, ErrServerRestarted or ErrClosed if the kernel or the
 // connection goes away, with ErrNoReply if the kernel finished the request
 // without replying, and with ErrKernelUnresponsive if it stopped answering
@@ -39,25 +37,25 @@ type Execution struct {
 	ID string
 
 	k     *Kernel
-	grace time.Duration
+	flush time.Duration // KernelOptions.FlushAfterIdle
 
 	notify   chan struct{} // capacity 1: "the queue or the state changed"
 	done     chan struct{} // closed when the execution ends
 	drained  chan struct{} // capacity 1: Next took a message
 	activity chan struct{} // capacity 1: a message arrived (for watch)
 
-	mu         sync.Mutex
-	queue      []queued      // guarded by mu; unread messages are queue[head:]
-	head       int           // guarded by mu
-	outBytes   int           // guarded by mu; size of the queued output messages
-	allBytes   int           // guarded by mu; size of every queued message
-	dropping   bool          // guarded by mu; output is dropped until outBytes <= half the cap
-	reply      *Message      // guarded by mu
-	idle       bool          // guarded by mu
-	lastMsg    time.Time     // guarded by mu; when the last message arrived (or the request was sent)
-	graceTimer *quartz.Timer // guarded by mu; non-nil while in the post-idle grace
-	ended      bool          // guarded by mu
-	err        error         // guarded by mu
+	mu       sync.Mutex
+	queue    []queued  // guarded by mu; unread messages are queue[head:]
+	head     int       // guarded by mu
+	outBytes int       // guarded by mu; size of the queued output messages
+	allBytes int       // guarded by mu; size of every queued message
+	dropping bool      // guarded by mu; output is dropped until outBytes <= half the cap
+	reply    *Message  // guarded by mu
+	idle     bool      // guarded by mu
+	lastMsg  time.Time // guarded by mu; when the last message arrived (or the request was sent)
+	flushing bool      // guarded by mu; reply and idle are in, the flush is on (watch)
+	ended    bool      // guarded by mu
+	err      error     // guarded by mu
 }
 
 // queued is a message in an Execution's queue.
@@ -68,11 +66,11 @@ type queued struct {
 	marker bool // a drop marker, still updatable
 }
 
-func newExecution(k *Kernel, id string, grace time.Duration) *Execution {
+func newExecution(k *Kernel, id string, flush time.Duration) *Execution {
 	return &Execution{
 		ID:       id,
 		k:        k,
-		grace:    grace,
+		flush:    flush,
 		notify:   make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		drained:  make(chan struct{}, 1),
@@ -234,11 +232,11 @@ func (e *Execution) deliver(m *Message) {
 			e.idle = true
 		}
 	}
-	complete := e.reply != nil && e.idle && e.graceTimer == nil
-	if complete && e.grace > 0 {
-		// Stay registered a little longer: some kernels (Deno) publish
-		// outputs after idle.
-		e.graceTimer = e.k.clock.AfterFunc(e.grace, func() { e.end(nil) }, "jupyter", "post-idle")
+	complete := e.reply != nil && e.idle && !e.flushing
+	if complete && e.flush > 0 {
+		// Some kernels (Deno) publish outputs after idle: watch flushes
+		// them out and then ends the execution.
+		e.flushing = true
 		complete = false
 	}
 	e.mu.Unlock()
@@ -314,7 +312,7 @@ func (e *Execution) fail(err error) {
 	e.mu.Lock()
 	finished := e.reply != nil && e.idle
 	e.mu.Unlock()
-	if finished { // only the grace period was left: it completed
+	if finished { // only the flush was left: it completed
 		err = nil
 	}
 	e.end(err)
@@ -327,9 +325,6 @@ func (e *Execution) end(err error) {
 		return
 	}
 	e.ended, e.err = true, err
-	if e.graceTimer != nil {
-		e.graceTimer.Stop()
-	}
 	e.mu.Unlock()
 	e.k.remove(e.ID)
 	close(e.done)
@@ -347,9 +342,11 @@ func signal(c chan struct{}) {
 }
 
 // replyWaiter waits for a shell reply and, if wantIOPub, for an iopub
-// message of the same request. It reports once on result (buffered).
+// message of the same request (if wantIdle, its "status: idle"). It
+// reports once on result (buffered).
 type replyWaiter struct {
 	wantIOPub bool
+	wantIdle  bool
 	result    chan error
 
 	mu       sync.Mutex
@@ -367,7 +364,14 @@ func (w *replyWaiter) deliver(m *Message) {
 	defer w.mu.Unlock()
 	switch {
 	case m.Channel == ChannelIOPub:
-		w.iopub = true
+		if !w.wantIdle {
+			w.iopub = true
+			break
+		}
+		var st StatusContent
+		if m.Type() == "status" && m.DecodeContent(&st) == nil && st.ExecutionState == "idle" {
+			w.iopub = true
+		}
 	case strings.HasSuffix(m.Type(), "_reply"):
 		w.replyMsg = m
 	}

@@ -22,13 +22,17 @@ const writeTimeout = 30 * time.Second
 
 // KernelOptions configures a kernel connection.
 type KernelOptions struct {
-	// PostIdleGrace keeps an execution open this long after both its
-	// execute_reply and its iopub idle have arrived, to collect late outputs.
-	// Deno sends about 10 % of its outputs after idle: up to 3 ms late on
-	// an idle machine, 14 ms measured on a loaded one; use ~50 ms for it.
-	// Zero: an execution ends as soon as both arrived, which is right for
+	// FlushAfterIdle keeps an execution open after both its execute_reply
+	// and its iopub idle have arrived, for outputs the kernel publishes
+	// after idle (Deno: about one execution in ten, its execute_result or
+	// a console.log, later the more loaded the machine). A
+	// kernel_info_request is sent then, and the execution ends when that
+	// request's own idle arrives: the kernel's iopub is one ordered stream,
+	// so the late outputs come before it. FlushAfterIdle bounds that wait
+	// (a kernel that does not answer: the execution ends complete). Zero:
+	// an execution ends as soon as both arrived, which is right for
 	// ipykernel and IRkernel.
-	PostIdleGrace time.Duration
+	FlushAfterIdle time.Duration
 	// NudgeInterval is how often kernel_info_request is resent while
 	// waiting for a restarted kernel's iopub to come back. Zero: 250 ms.
 	NudgeInterval time.Duration
@@ -231,7 +235,7 @@ func (k *Kernel) Execute(ctx context.Context, code string, opts ExecuteOptions) 
 	if err != nil {
 		return nil, err
 	}
-	e := newExecution(k, msg.Header.MsgID, k.opts.PostIdleGrace)
+	e := newExecution(k, msg.Header.MsgID, k.opts.FlushAfterIdle)
 	e.lastMsg = k.clock.Now()
 	if err := k.send(ctx, msg, e); err != nil {
 		return nil, err

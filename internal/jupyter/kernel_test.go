@@ -457,10 +457,10 @@ func TestRKernel(t *testing.T) {
 func TestDenoKernel(t *testing.T) {
 	t.Parallel()
 	requireSpec(t, "deno")
-	// Deno publishes some outputs after idle (~3 ms late at most when idle,
-	// more on a loaded machine): keep executions open a little.
-	k, _ := startKernel(t, shared.client, "deno", jupyter.KernelOptions{PostIdleGrace: 200 * time.Millisecond})
-	for i := range 20 {
+	// Deno publishes about one execution's result in ten after idle, later
+	// the more loaded the machine: the flush after idle waits for them.
+	k, _ := startKernel(t, shared.client, "deno", jupyter.KernelOptions{FlushAfterIdle: time.Minute})
+	for i := range 100 {
 		r := mustOK(t, execute(t, k, fmt.Sprintf("console.log(%d); %d + 1", i, i)))
 		if r.stdout != fmt.Sprintf("%d\n", i) || !strings.Contains(r.text(), strconv.Itoa(i+1)) {
 			t.Fatalf("run %d: stdout %q result %q types %v", i, r.stdout, r.text(), r.types())

@@ -13,10 +13,12 @@ const (
 	tagProbeTimeout = "probe-timeout" // NewTimer/Stop: waiting for a control probe's answer
 	tagReplyGrace   = "reply-grace"   // NewTimer: idle without reply
 	tagReaderGrace  = "reader-grace"  // NewTimer: a full queue waiting for its reader
+	tagFlush        = "flush"         // NewTimer: waiting for the flush request's idle
 )
 
 // watch ends the execution when the kernel finished it without replying
-// or stopped answering; see KernelOptions.ProbeAfter. It runs from Execute
+// or stopped answering (see KernelOptions.ProbeAfter), and ends a finished
+// one after its flush (KernelOptions.FlushAfterIdle). It runs from Execute
 // until the execution ends; silence was created by Execute.
 //
 // ipykernel 6.17 finishes a request without execute_reply or idle when the
@@ -28,12 +30,12 @@ func (e *Execution) watch(silence *quartz.Timer) {
 	k := e.k
 	defer k.watchers.Done()
 	var (
-		shell, control       *replyWaiter
-		shellSent            bool
-		ids                  []string
-		deadline, replyGrace *quartz.Timer
-		deadlineC, graceC    <-chan time.Time
-		probedAt             time.Time
+		shell, control, flush        *replyWaiter
+		shellSent                    bool
+		ids                          []string
+		deadline, replyGrace, flushT *quartz.Timer
+		deadlineC, graceC, flushTC   <-chan time.Time
+		probedAt                     time.Time
 	)
 	stopDeadline := func() {
 		if deadline != nil {
@@ -47,6 +49,9 @@ func (e *Execution) watch(silence *quartz.Timer) {
 		if replyGrace != nil {
 			replyGrace.Stop()
 		}
+		if flushT != nil {
+			flushT.Stop()
+		}
 		for _, id := range ids {
 			k.remove(id)
 		}
@@ -55,15 +60,18 @@ func (e *Execution) watch(silence *quartz.Timer) {
 		if shellSent {
 			return
 		}
-		if w, id := k.probe(ChannelShell); w != nil {
+		if w, id := k.probe(ChannelShell, newReplyWaiter(false)); w != nil {
 			shell, shellSent = w, true
 			ids = append(ids, id)
 		}
 	}
 	for {
-		var shellC, controlC <-chan error
+		var shellC, controlC, flushC <-chan error
 		if shell != nil {
 			shellC = shell.result
+		}
+		if flush != nil {
+			flushC = flush.result
 		}
 		if control != nil {
 			controlC = control.result
@@ -74,7 +82,19 @@ func (e *Execution) watch(silence *quartz.Timer) {
 		case <-e.activity:
 			e.mu.Lock()
 			idleNoReply := e.idle && e.reply == nil
+			flushing := e.flushing
 			e.mu.Unlock()
+			if flushing && flushT == nil {
+				flushT = k.clock.NewTimer(e.flush, "jupyter", tagFlush)
+				flushTC = flushT.C
+				w, id := k.probe(ChannelShell, &replyWaiter{wantIOPub: true, wantIdle: true, result: make(chan error, 1)})
+				if w == nil { // no connection to flush over: what came is all
+					e.end(nil)
+					return
+				}
+				flush = w
+				ids = append(ids, id)
+			}
 			if idleNoReply && replyGrace == nil {
 				replyGrace = k.clock.NewTimer(k.opts.ReplyGrace, "jupyter", tagReplyGrace)
 				graceC = replyGrace.C
@@ -88,7 +108,7 @@ func (e *Execution) watch(silence *quartz.Timer) {
 			}
 			probeShell()
 			if control == nil {
-				if w, id := k.probe(ChannelControl); w != nil {
+				if w, id := k.probe(ChannelControl, newReplyWaiter(false)); w != nil {
 					control, probedAt = w, now
 					ids = append(ids, id)
 					if deadline == nil {
@@ -122,6 +142,13 @@ func (e *Execution) watch(silence *quartz.Timer) {
 				e.end(fmt.Errorf("%w: no answer on its control channel for %s", ErrKernelUnresponsive, k.opts.ProbeTimeout))
 				return
 			}
+		case <-flushC:
+			e.end(nil) // the late outputs, if any, came before
+			return
+		case <-flushTC:
+			k.log.Debug("no answer to the flush after idle; ending the execution", "msg_id", e.ID, "timeout", e.flush)
+			e.end(nil)
+			return
 		case <-graceC:
 			graceC = nil
 			if e.Reply() == nil {
@@ -141,14 +168,14 @@ func (e *Execution) lastActivity() time.Time {
 
 // probe sends a kernel_info_request on channel over the current
 // connection, without reconnecting or nudging (a request that needs either
-// has failed already). It returns nil if there is no usable connection.
-func (k *Kernel) probe(channel string) (*replyWaiter, string) {
+// has failed already), for w to wait on. It returns nil if there is no
+// usable connection.
+func (k *Kernel) probe(channel string, w *replyWaiter) (*replyWaiter, string) {
 	msg, err := newMessage(channel, "kernel_info_request", k.session, struct{}{})
 	if err != nil {
 		return nil, ""
 	}
 	id := msg.Header.MsgID
-	w := newReplyWaiter(false)
 	k.mu.Lock()
 	conn := k.conn
 	if conn == nil || k.needNudge || k.goneErr != nil {
