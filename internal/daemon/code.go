@@ -89,7 +89,7 @@ func (c *codeExec) kernelsUser() string {
 	return strconv.Itoa(os.Geteuid())
 }
 
-func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults, place func(*exec.Cmd, func() error) error, oomKills func() uint64) (*codeExec, error) {
+func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults, place func(*exec.Cmd, func() error) error, oomKills func() uint64, paused func() bool) (*codeExec, error) {
 	c := &codeExec{log: log}
 	// Kernels and commands share one environment (sharedEnv): where
 	// packages are installed from code, PATH and the locale; the python3
@@ -134,7 +134,7 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults, place fu
 	for _, k := range slices.Sorted(maps.Keys(shared)) {
 		env = append(env, k+"="+shared[k])
 	}
-	sopts := jupyter.Options{Env: env, Logger: log, URL: cfg.JupyterURL, Token: cfg.JupyterToken, Place: place}
+	sopts := jupyter.Options{Env: env, Logger: log, URL: cfg.JupyterURL, Token: cfg.JupyterToken, Place: place, Paused: paused}
 	if runAs != nil {
 		sopts.RunAs = &jupyter.User{UID: runAs.UID, GID: runAs.GID, Groups: runAs.Groups, Home: runAs.Home, Name: runAs.Name}
 	}

@@ -257,7 +257,7 @@ func newParts(cfg Config, user string) (*parts, error) {
 	routes = append(routes, httpapi.New(api).Routes()...)
 	routes = append(routes, p.hooks.Routes()...)
 	routes = append(routes, p.upg.routes()...)
-	code, err := newCodeExec(cfg, log, defs, jupyterPlace(p.cg, log), kernelOOMKills(p.cg))
+	code, err := newCodeExec(cfg, log, defs, jupyterPlace(p.cg, log), kernelOOMKills(p.cg), p.hooks.Frozen)
 	if err != nil {
 		p.boot.stop()
 		p.hooks.Close()

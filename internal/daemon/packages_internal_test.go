@@ -34,7 +34,7 @@ func TestCodeExecPackageEnv(t *testing.T) {
 	t.Setenv("LANG", "")
 
 	defs := defaults.New("root", map[string]string{"E2B_SANDBOX": "true"})
-	if _, err := newCodeExec(Config{NoJupyter: true}, log, defs, nil, nil); err != nil {
+	if _, err := newCodeExec(Config{NoJupyter: true}, log, defs, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	env := defs.Env()
@@ -49,7 +49,7 @@ func TestCodeExecPackageEnv(t *testing.T) {
 	}
 
 	t.Setenv(defaults.PythonVenvVar, lib) // a directory, not a venv
-	_, err := newCodeExec(Config{NoJupyter: true}, log, defaults.New("root", nil), nil, nil)
+	_, err := newCodeExec(Config{NoJupyter: true}, log, defaults.New("root", nil), nil, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "ENVD_PYTHON_VENV="+lib+": not a virtual environment") {
 		t.Fatalf("newCodeExec with a bad venv: %v", err)
 	}

@@ -15,3 +15,6 @@ func DropConnectionForTest(k *Kernel) {
 
 // RuntimeDirForTest returns the runtime directory of a started s.
 func RuntimeDirForTest(s *Supervisor) string { return s.runtimeDir }
+
+// ServerHooksForTest is the Python envd adds to the server's config.
+var ServerHooksForTest = serverHooksPy

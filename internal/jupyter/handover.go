@@ -208,7 +208,7 @@ func (s *Supervisor) adoptRun(a *Adoption) (*serverRun, *Client, error) {
 	}
 	if err != nil {
 		s.stopRun(run, false)
-		s.logTail(run)
+		s.logTail(run, tailLines)
 		return nil, nil, fmt.Errorf("jupyter: the server handed over (pid %d): %w", a.PID, err)
 	}
 	return run, client, nil

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -26,15 +25,15 @@ import (
 //go:embed jupyter_server_config.py
 var serverConfigPy []byte
 
-// parentWatchPy stops the server when envd is gone: it handles the
-// server's Pdeathsig (parentDeathSignal). Written to our
-// JUPYTER_CONFIG_DIR, before serverConfigPy.
+// serverHooksPy dumps the server's Python stacks on SIGQUIT and stops the
+// server (and, if it is stuck, kills its run) when envd is gone. Written to
+// our JUPYTER_CONFIG_DIR, before serverConfigPy.
 //
-//go:embed parent_watch.py
-var parentWatchPy []byte
+//go:embed server_hooks.py
+var serverHooksPy []byte
 
 // parentKey names the environment variable holding envd's pid: the
-// server's parent, which parentWatchPy checks (an upgrade keeps the pid).
+// server's parent, which serverHooksPy watches (an upgrade keeps the pid).
 const parentKey = "ENVD_JUPYTER_PARENT"
 
 // markerKey names the environment variable that tags every process of one
@@ -106,14 +105,11 @@ func (s *Supervisor) spawn(port int) (*serverRun, error) {
 	cmd.Stdout, cmd.Stderr = w, w
 	run.cmd, run.outR = cmd, r
 
-	// Start and wait on one goroutine locked to its OS thread: Pdeathsig
-	// is tied to the forking thread, which must not exit under the server.
-	// Both go through the reaper, which reaps every child of envd (nobody
-	// else may wait, or the reap loop and Wait steal each other's status).
+	// Start and wait through the reaper, which reaps every child of envd
+	// (nobody else may wait, or the reap loop and Wait steal each other's
+	// status).
 	started := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
 		var exitc <-chan reaper.Exit
 		start := func() error {
 			var err error
@@ -185,7 +181,7 @@ func (s *Supervisor) env(marker string) []string {
 // rundir.go.
 func (s *Supervisor) writeConfig(token string) error {
 	cfg := s.dirs.config
-	py := append([]byte{}, parentWatchPy...)
+	py := append([]byte{}, serverHooksPy...)
 	if !s.opts.DisableLatencyFixes {
 		py = append(py, serverConfigPy...)
 	}

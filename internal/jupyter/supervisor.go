@@ -67,6 +67,19 @@ type Options struct {
 	// MinBackoff and MaxBackoff bound the delay before restarting a server
 	// that died; it doubles on each consecutive failure. Zero: 100 ms, 10 s.
 	MinBackoff, MaxBackoff time.Duration
+	// HangAfter: a ready server that has answered no health probe for
+	// this long is taken for stuck (hang.go): its threads' Python stacks
+	// and last output are logged, and it is killed with its kernels and
+	// started anew, as after a crash. Not while Paused says the workload
+	// is frozen. Zero: 60 s; negative: never.
+	HangAfter time.Duration
+	// ProbeInterval is the pause between health probes of a ready server.
+	// Zero: 5 s.
+	ProbeInterval time.Duration
+	// Paused, when set, tells whether the server is frozen on purpose
+	// (the snapshot hooks' /freeze or /fsfreeze): not answering then is
+	// no hang. Zero: never.
+	Paused func() bool
 	// LogTailBytes is how much of the server's output is kept for the crash
 	// log. Zero: 64 KiB.
 	LogTailBytes int
@@ -183,6 +196,12 @@ func New(opts Options) *Supervisor {
 		opts.MaxBackoff = 10 * time.Second
 	}
 	opts.MaxBackoff = max(opts.MaxBackoff, opts.MinBackoff)
+	if opts.HangAfter == 0 {
+		opts.HangAfter = 60 * time.Second
+	}
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = 5 * time.Second
+	}
 	if opts.LogTailBytes <= 0 {
 		opts.LogTailBytes = 64 << 10
 	}
@@ -505,7 +524,7 @@ func (s *Supervisor) runServer() error {
 		}
 		err = fmt.Errorf("jupyter: start server: %w", err)
 		s.log.Warn("jupyter server failed to start", "error", err)
-		s.logTail(run)
+		s.logTail(run, tailLines)
 		return err
 	}
 	return s.serve(run, client, url, token, began)
@@ -527,7 +546,31 @@ func (s *Supervisor) serve(run *serverRun, client *Client, url, token string, be
 		"startup_ms", time.Since(began).Milliseconds())
 	s.reportFirst(nil)
 
+	watchCtx, stopWatch := context.WithCancel(s.ctx)
+	stuck := make(chan error, 1)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if s.opts.HangAfter > 0 {
+			if err := s.watchHealth(watchCtx, client); err != nil {
+				stuck <- err
+			}
+		}
+	}()
+	defer func() {
+		stopWatch()
+		<-watched
+	}()
 	select {
+	case err := <-stuck:
+		s.mu.Lock()
+		s.live = nil
+		s.mu.Unlock()
+		s.setStatus(func(st *ServerStatus) {
+			st.State, st.URL, st.PID, st.Err = ServerRestarting, "", 0, err
+		})
+		s.killStuck(run, err)
+		return err
 	case <-run.exited:
 		s.mu.Lock()
 		s.live = nil
@@ -541,7 +584,7 @@ func (s *Supervisor) serve(run *serverRun, client *Client, url, token string, be
 		orphans := sweep(run.marker)
 		s.finishOutput(run)
 		s.log.Warn("jupyter server crashed", "error", err, "pid", run.pid, "orphans_killed", orphans)
-		s.logTail(run)
+		s.logTail(run, tailLines)
 		return err
 	case <-s.ctx.Done():
 		if s.leaveRunning(run) {
@@ -580,11 +623,11 @@ func (s *Supervisor) waitHealthy(c *Client, run *serverRun) error {
 // fails or crashes.
 const tailLines = 20
 
-// logTail logs the last lines the server (and its kernels) printed, one
+// logTail logs the last n lines the server (and its kernels) printed, one
 // record a line: read as they were printed, not one attribute full of
 // escaped line breaks.
-func (s *Supervisor) logTail(run *serverRun) {
-	lines := run.out.Lines(tailLines)
+func (s *Supervisor) logTail(run *serverRun, n int) {
+	lines := run.out.Lines(n)
 	for i, line := range lines {
 		s.log.Warn("jupyter server output", "pid", run.pid, "line", fmt.Sprintf("%d/%d", i+1, len(lines)), "text", line)
 	}

@@ -1,0 +1,147 @@
+package jupyter_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/testutil"
+)
+
+// stuckOnUSR2 runs the real Jupyter Server, whose main thread (its event
+// loop with it) blocks for good on SIGUSR2: a server stuck without exiting.
+var stuckOnUSR2 = []string{"/usr/bin/python3", "-c", `
+import signal, sys, time
+signal.signal(signal.SIGUSR2, lambda *_: time.sleep(3600))
+from jupyter_server.serverapp import main
+sys.exit(main())
+`}
+
+// logBuffer collects a logger's text records, safe for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitGeneration waits until s is ready with a generation of at least gen.
+func waitGeneration(t *testing.T, ctx context.Context, s *jupyter.Supervisor, gen uint64) jupyter.ServerStatus {
+	t.Helper()
+	st := s.Status()
+	for st.Generation < gen || st.State != jupyter.ServerReady {
+		select {
+		case <-st.Changed:
+		case <-ctx.Done():
+			t.Fatalf("no ready generation %d: %+v", gen, st)
+		}
+		st = s.Status()
+	}
+	return st
+}
+
+// TestStuckServerRestarted: a server that stops answering (but runs on)
+// is taken for stuck after HangAfter: its Python stacks are logged, it is
+// killed with its kernels, and a new server takes its place.
+func TestStuckServerRestarted(t *testing.T) {
+	t.Parallel()
+	var logs logBuffer
+	s := startSupervisor(t, jupyter.Options{
+		Command: stuckOnUSR2,
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+		// Above what a loaded machine's server can take to answer: its
+		// first kernel start (an import) blocks it for a second or more.
+		HangAfter:     10 * time.Second,
+		ProbeInterval: 100 * time.Millisecond,
+	})
+	ctx := testutil.Context(t, 2*kernelTimeout)
+	c, err := s.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := startKernel(t, c, "python3", jupyter.KernelOptions{})
+	kernelPID := pidOf(t, k)
+	before := s.Status()
+
+	if err := syscall.Kill(before.PID, syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	after := waitGeneration(t, ctx, s, before.Generation+1)
+	if after.PID == before.PID {
+		t.Errorf("same pid after the restart: %+v", after)
+	}
+	waitGone(t, 10*time.Second, before.PID, kernelPID)
+	out := logs.String()
+	for _, want := range []string{
+		"jupyter server is stuck",
+		"stopped answering: no answer to",
+		"most recent call first", // the stack dump
+		"in <lambda>",            // where the main thread is stuck
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log lacks %q:\n%s", want, out)
+		}
+	}
+	// The new server works.
+	c2, err := s.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, _ := startKernel(t, c2, "python3", jupyter.KernelOptions{})
+	if got := mustOK(t, execute(t, k2, "6 * 7")).text(); got != "42\n" {
+		t.Errorf("new kernel: %q", got)
+	}
+}
+
+// TestPausedServerNotStuck: a server that cannot answer while the
+// workload is frozen on purpose (Paused) is left alone.
+func TestPausedServerNotStuck(t *testing.T) {
+	t.Parallel()
+	var paused atomic.Bool
+	const hangAfter = 4 * time.Second
+	s := startSupervisor(t, jupyter.Options{
+		HangAfter:     hangAfter,
+		ProbeInterval: 50 * time.Millisecond,
+		Paused:        paused.Load,
+	})
+	before := s.Status()
+	paused.Store(true)
+	if err := syscall.Kill(before.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * hangAfter) // many a probe's worth
+	if err := syscall.Kill(before.PID, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	paused.Store(false)
+	ctx := testutil.Context(t, kernelTimeout)
+	c, err := s.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not KernelSpecs: the server's first listing imports ipykernel on its
+	// event loop, seconds on a loaded machine, which HangAfter would count.
+	if _, err := c.Kernels(ctx); err != nil {
+		t.Fatalf("the thawed server: %v", err)
+	}
+	if st := s.Status(); st.Generation != before.Generation || st.PID != before.PID {
+		t.Errorf("the paused server was replaced: %+v, was %+v", st, before)
+	}
+}
