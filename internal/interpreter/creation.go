@@ -75,6 +75,12 @@ func (cr *creation) finish(err error) {
 	if err != nil {
 		cr.e.log.Warn("context creation failed", "language", cr.lang, "phase", phase,
 			"phase_duration", now.Sub(since), "duration", now.Sub(cr.began), "error", err)
+		switch phase {
+		case phaseStart, phaseHandover, phaseConnect, phaseSetup:
+			// A kernel failing to start or to answer says why on its
+			// stderr, which goes to the server's output.
+			cr.e.sup.LogRecentOutput("a " + cr.lang + " context's creation failed: " + phase)
+		}
 		return
 	}
 	cr.e.log.Info("context creation phase done", "language", cr.lang, "phase", phase, "duration", now.Sub(since))

@@ -145,3 +145,25 @@ func TestPausedServerNotStuck(t *testing.T) {
 		t.Errorf("the paused server was replaced: %+v, was %+v", st, before)
 	}
 }
+
+// TestLogRecentOutput: what a kernel writes to its own stderr (a traceback
+// as it fails to start) reaches envd's log when asked for.
+func TestLogRecentOutput(t *testing.T) {
+	t.Parallel()
+	var logs logBuffer
+	s := startSupervisor(t, jupyter.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	c, err := s.Client(testutil.Context(t, kernelTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := startKernel(t, c, "python3", jupyter.KernelOptions{})
+	mustOK(t, execute(t, k, `import sys; print("envd-test-kernel-says", file=sys.__stderr__, flush=True)`))
+	// The output reaches the server's tail a moment after it is written.
+	found := testutil.PollFor(10*time.Second, func() bool {
+		s.LogRecentOutput("the test asks")
+		return strings.Contains(logs.String(), "envd-test-kernel-says")
+	})
+	if out := logs.String(); !found || !strings.Contains(out, `why="the test asks"`) {
+		t.Errorf("the log lacks the kernel's stderr:\n%s", out)
+	}
+}

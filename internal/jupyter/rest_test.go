@@ -2,6 +2,9 @@ package jupyter_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/envd-dev/envd/internal/jupyter"
@@ -92,4 +95,42 @@ func TestListKernels(t *testing.T) {
 		}
 	}
 	t.Errorf("kernel %s not listed in %+v", k.ID(), ms)
+}
+
+// TestKernelSpecDirs: the server finds kernelspecs in JUPYTER_PATH and in
+// IPython's directory (IPYTHONDIR), and Debian's python3 spec, as Jupyter
+// does by default: envd's config computes that list without importing
+// IPython, and reads python3 from disk without importing ipykernel.
+func TestKernelSpecDirs(t *testing.T) {
+	t.Parallel()
+	ipy, jp := t.TempDir(), t.TempDir()
+	for _, d := range []struct{ dir, name string }{{ipy, "envd-test-ipython-dir"}, {jp, "envd-test-jupyter-path"}} {
+		spec := filepath.Join(d.dir, "kernels", d.name)
+		if err := os.MkdirAll(spec, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		js := `{"argv": ["/bin/true", "{connection_file}"], "display_name": "` + d.name + `", "language": "python"}`
+		if err := os.WriteFile(filepath.Join(spec, "kernel.json"), []byte(js), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startSupervisor(t, jupyter.Options{Env: []string{"IPYTHONDIR=" + ipy, "JUPYTER_PATH=" + jp}})
+	ctx := testutil.Context(t, execTimeout)
+	c, err := s.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, err := c.KernelSpecs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"envd-test-ipython-dir", "envd-test-jupyter-path"} {
+		if sp, ok := specs.Specs[name]; !ok || sp.DisplayName != name {
+			t.Errorf("kernelspec %s: %+v, %v", name, sp, ok)
+		}
+	}
+	py := specs.Specs["python3"]
+	if want := []string{"/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"}; !slices.Equal(py.Argv, want) {
+		t.Errorf("python3 argv %q, want %q", py.Argv, want)
+	}
 }

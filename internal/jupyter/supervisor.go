@@ -595,6 +595,11 @@ func (s *Supervisor) serve(run *serverRun, client *Client, url, token string, be
 	}
 }
 
+// startPoll is the pause between a starting server's health checks: a
+// refused connection costs next to nothing, and every millisecond of the
+// wait is envd's start to its first execution.
+const startPoll = 5 * time.Millisecond
+
 // waitHealthy polls the server until it answers, it exits, Stop is
 // called, or StartTimeout passes.
 func (s *Supervisor) waitHealthy(c *Client, run *serverRun) error {
@@ -614,9 +619,23 @@ func (s *Supervisor) waitHealthy(c *Client, run *serverRun) error {
 			return ErrStopped
 		case <-deadline.C:
 			return fmt.Errorf("server not healthy after %s: %w", s.opts.StartTimeout, err)
-		case <-time.After(25 * time.Millisecond):
+		case <-time.After(startPoll):
 		}
 	}
+}
+
+// LogRecentOutput logs the last lines the live server and its kernels
+// printed (a kernel's traceback as it failed to start, say), saying why.
+// Nothing for an external server, or while none runs.
+func (s *Supervisor) LogRecentOutput(why string) {
+	s.mu.Lock()
+	run := s.live
+	s.mu.Unlock()
+	if run == nil {
+		return
+	}
+	s.log.Warn("the jupyter server's recent output follows", "pid", run.pid, "why", why)
+	s.logTail(run, tailLines)
 }
 
 // tailLines is how many of its last output lines are logged when a server
