@@ -7,8 +7,9 @@ Reads commands on stdin, one per line, and answers each with one line:
   launch         start a python3 kernel with KernelManager and connect to
                  it; it runs until quit             -> "ok RESOURCE_DIR" (of
                  the kernelspec it started, to check which one that was)
-  rt CODE        execute CODE (JSON string) on it; wait for the shell reply
-                 and the iopub idle of that request            -> milliseconds
+  rt CODE        execute CODE (JSON string) on it, as envd's execute_request
+                 for a runCode does; wait for the shell reply and the iopub
+                 idle of that request                          -> milliseconds
   start          start a python3 kernel with jupyter_client's KernelManager,
                  wait until it answers kernel_info, then shut it down
                                                                -> milliseconds (start to ready)
@@ -32,8 +33,11 @@ launched = None  # the KernelManager of launch
 def round_trip(code):
     # Both waits block on their own socket; whichever message comes second
     # ends the round trip, as in envd (an execution ends on reply and idle).
+    # The request envd sends for a runCode: stored in the history (the
+    # execution count goes up, In/Out are kept), no stdin, no
+    # stop_on_error.
     t0 = time.perf_counter()
-    msg_id = kc.execute(code, store_history=False)
+    msg_id = kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=False)
     while kc.get_shell_msg(timeout=60)["parent_header"].get("msg_id") != msg_id:
         pass
     while True:
