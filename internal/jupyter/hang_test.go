@@ -1,11 +1,9 @@
 package jupyter_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -23,24 +21,6 @@ signal.signal(signal.SIGUSR2, lambda *_: time.sleep(3600))
 from jupyter_server.serverapp import main
 sys.exit(main())
 `}
-
-// logBuffer collects a logger's text records, safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // waitGeneration waits until s is ready with a generation of at least gen.
 func waitGeneration(t *testing.T, ctx context.Context, s *jupyter.Supervisor, gen uint64) jupyter.ServerStatus {
@@ -62,7 +42,7 @@ func waitGeneration(t *testing.T, ctx context.Context, s *jupyter.Supervisor, ge
 // killed with its kernels, and a new server takes its place.
 func TestStuckServerRestarted(t *testing.T) {
 	t.Parallel()
-	var logs logBuffer
+	var logs testutil.SyncBuffer
 	s := startSupervisor(t, jupyter.Options{
 		Command: stuckOnUSR2,
 		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
@@ -150,7 +130,7 @@ func TestPausedServerNotStuck(t *testing.T) {
 // as it fails to start) reaches envd's log when asked for.
 func TestLogRecentOutput(t *testing.T) {
 	t.Parallel()
-	var logs logBuffer
+	var logs testutil.SyncBuffer
 	s := startSupervisor(t, jupyter.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	c, err := s.Client(testutil.Context(t, kernelTimeout))
 	if err != nil {

@@ -26,10 +26,11 @@ type KernelOptions struct {
 	// and its iopub idle have arrived, for outputs the kernel publishes
 	// after idle (Deno: about one execution in ten, its execute_result or
 	// a console.log, later the more loaded the machine). A
-	// kernel_info_request is sent then, and the execution ends when that
-	// request's own idle arrives: the kernel's iopub is one ordered stream,
-	// so the late outputs come before it. FlushAfterIdle bounds that wait
-	// (a kernel that does not answer: the execution ends complete). Zero:
+	// kernel_info_request is sent then, and the execution ends 50 ms after
+	// that request's own idle arrives: most late outputs come before it,
+	// and on a loaded machine some a little after (Deno sends them from
+	// another task). FlushAfterIdle bounds the wait for that idle (a kernel
+	// that does not answer: the execution ends complete). Zero:
 	// an execution ends as soon as both arrived, which is right for
 	// ipykernel and IRkernel.
 	FlushAfterIdle time.Duration

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -293,7 +292,7 @@ func TestSupervisorRunAs(t *testing.T) {
 func TestSupervisorURLNowhere(t *testing.T) {
 	t.Parallel()
 	url := "http://127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
-	var logs syncLog
+	var logs testutil.SyncBuffer
 	s := jupyter.New(jupyter.Options{URL: url, StartTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer s.Stop(context.Background())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -311,21 +310,4 @@ func TestSupervisorURLNowhere(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Error("Start succeeded without a server")
 	}
-}
-
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

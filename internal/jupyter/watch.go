@@ -13,8 +13,12 @@ const (
 	tagProbeTimeout = "probe-timeout" // NewTimer/Stop: waiting for a control probe's answer
 	tagReplyGrace   = "reply-grace"   // NewTimer: idle without reply
 	tagReaderGrace  = "reader-grace"  // NewTimer: a full queue waiting for its reader
-	tagFlush        = "flush"         // NewTimer: waiting for the flush request's idle
+	tagFlush        = "flush"         // NewTimer: waiting for the flush request's idle, then settling
 )
+
+// flushSettle is how long an execution stays open after its flush's idle
+// (KernelOptions.FlushAfterIdle).
+const flushSettle = 50 * time.Millisecond
 
 // watch ends the execution when the kernel finished it without replying
 // or stopped answering (see KernelOptions.ProbeAfter), and ends a finished
@@ -143,10 +147,17 @@ func (e *Execution) watch(silence *quartz.Timer) {
 				return
 			}
 		case <-flushC:
-			e.end(nil) // the late outputs, if any, came before
-			return
+			// Most late outputs came before the flush's idle; not all on
+			// a loaded machine (Deno sends some from another task): a
+			// short settle catches more.
+			flush = nil
+			flushT.Stop()
+			flushT = k.clock.NewTimer(flushSettle, "jupyter", tagFlush)
+			flushTC = flushT.C
 		case <-flushTC:
-			k.log.Debug("no answer to the flush after idle; ending the execution", "msg_id", e.ID, "timeout", e.flush)
+			if flush != nil {
+				k.log.Debug("no answer to the flush after idle; ending the execution", "msg_id", e.ID, "timeout", e.flush)
+			}
 			e.end(nil)
 			return
 		case <-graceC:

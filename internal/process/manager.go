@@ -351,7 +351,10 @@ func (p *Process) spawn(cmd *exec.Cmd, childEnds []*os.File, o StartOptions) (<-
 // setOOMScore gives p the workload's oom_score_adj, and whatever p forked
 // before it had it (they inherited envd's, the OOM killer's last pick):
 // the members of p's cgroup, looked at again until none is new. A process
-// forked after its parent was set inherits the value.
+// forked after its parent was set inherits the value. One forked while it
+// was set can have copied the old value and still be on its way into the
+// cgroup: the members are looked at again a few times in the background,
+// over about 30 ms (a loaded machine once left a shell's child out).
 func (m *Manager) setOOMScore(p *Process) {
 	if err := cgroup.SetOOMScoreAdj(int(p.pid), m.opts.OOMScoreAdj); err != nil {
 		m.logger.Debug("cannot set a process's oom_score_adj", "pid", p.pid, "err", err)
@@ -361,10 +364,25 @@ func (m *Manager) setOOMScore(p *Process) {
 		return
 	}
 	set := map[int]bool{int(p.pid): true}
+	m.setNewMembers(p, set)
+	go func() { // ends within about 31 ms
+		for d := time.Millisecond; d <= 16*time.Millisecond; d *= 2 {
+			time.Sleep(d)
+			if !m.setNewMembers(p, set) {
+				return
+			}
+		}
+	}()
+}
+
+// setNewMembers gives the members of p's cgroup not in set the workload's
+// oom_score_adj, looking again until none is new, and adds them to set.
+// It reports whether p's cgroup could still be read.
+func (m *Manager) setNewMembers(p *Process, set map[int]bool) bool {
 	for range 8 {
 		pids, err := p.cg.Procs()
 		if err != nil {
-			return
+			return false // p's cgroup is gone: so is everything in it
 		}
 		fresh := 0
 		for _, pid := range pids {
@@ -375,9 +393,10 @@ func (m *Manager) setOOMScore(p *Process) {
 			}
 		}
 		if fresh == 0 {
-			return
+			break
 		}
 	}
+	return true
 }
 
 // startChild starts cmd through the reaper, in a cgroup of its own when
