@@ -79,15 +79,7 @@ func TestStuckServerRestarted(t *testing.T) {
 			t.Errorf("the log lacks %q:\n%s", want, out)
 		}
 	}
-	// The new server works.
-	c2, err := s.Client(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k2, _ := startKernel(t, c2, "python3", jupyter.KernelOptions{})
-	if got := mustOK(t, execute(t, k2, "6 * 7")).text(); got != "42\n" {
-		t.Errorf("new kernel: %q", got)
-	}
+	newServerWorks(t, ctx, s)
 }
 
 // TestPausedServerNotStuck: a server that cannot answer while the

@@ -207,3 +207,17 @@ func short(s string) string {
 	}
 	return s
 }
+
+// newServerWorks checks that s's current server starts a python3 kernel
+// that computes (after a restart, say).
+func newServerWorks(t testing.TB, ctx context.Context, s *jupyter.Supervisor) {
+	t.Helper()
+	c, err := s.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := startKernel(t, c, "python3", jupyter.KernelOptions{})
+	if got := mustOK(t, execute(t, k, "6 * 7")).text(); got != "42\n" {
+		t.Errorf("a kernel of the new server: %q", got)
+	}
+}

@@ -86,15 +86,7 @@ func TestSupervisorRestartsKilledServer(t *testing.T) {
 	if _, err := k1.Execute(ctx, "1", jupyter.ExecuteOptions{}); !errors.Is(err, jupyter.ErrServerRestarted) {
 		t.Errorf("old kernel: %v", err)
 	}
-	// And the new server works.
-	c2, err := s.Client(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k2, _ := startKernel(t, c2, "python3", jupyter.KernelOptions{})
-	if got := mustOK(t, execute(t, k2, "6 * 7")).text(); got != "42\n" {
-		t.Errorf("new kernel: %q", got)
-	}
+	newServerWorks(t, ctx, s)
 }
 
 func TestSupervisorStopLeavesNoProcesses(t *testing.T) {
