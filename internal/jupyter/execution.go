@@ -18,10 +18,10 @@ import (
 //
 // It completes only when both the shell execute_reply and the iopub
 // "status: idle" have arrived (and, with KernelOptions.FlushAfterIdle, the
-// flush request's idle after them): the two channels are not ordered, and
-// the reply can come a second before the last output. It ends early with ErrKernelRestarted, ErrKernelDied,
-// ErrConnectionLost, ErrServerRestarted or ErrClosed if the kernel or the
-// connection goes away, with ErrNoReply if the kernel finished the request
+// flush after them): the two channels are not ordered, and the reply can
+// come a second before the last output. It ends early with
+// ErrKernelRestarted, ErrKernelDied, ErrConnectionLost, ErrServerRestarted
+// or ErrClosed if the kernel or the connection goes away, with ErrNoReply if the kernel finished the request
 // without replying, and with ErrKernelUnresponsive if it stopped answering
 // (see KernelOptions.ProbeAfter); outputs queued before that remain
 // readable.

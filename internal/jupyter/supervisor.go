@@ -563,24 +563,12 @@ func (s *Supervisor) serve(run *serverRun, client *Client, url, token string, be
 	}()
 	select {
 	case err := <-stuck:
-		s.mu.Lock()
-		s.live = nil
-		s.mu.Unlock()
-		s.setStatus(func(st *ServerStatus) {
-			st.State, st.URL, st.PID, st.Err = ServerRestarting, "", 0, err
-		})
+		s.runEnded(err)
 		s.killStuck(run, err)
 		return err
 	case <-run.exited:
-		s.mu.Lock()
-		s.live = nil
-		s.mu.Unlock()
 		err := fmt.Errorf("jupyter server exited unexpectedly: %s", exitDesc(run.waitErr))
-		// Mark the generation dead before anything else so that clients fail
-		// with ErrServerRestarted rather than with connection errors.
-		s.setStatus(func(st *ServerStatus) {
-			st.State, st.URL, st.PID, st.Err = ServerRestarting, "", 0, err
-		})
+		s.runEnded(err)
 		orphans := sweep(run.marker)
 		s.finishOutput(run)
 		s.log.Warn("jupyter server crashed", "error", err, "pid", run.pid, "orphans_killed", orphans)
@@ -593,6 +581,19 @@ func (s *Supervisor) serve(run *serverRun, client *Client, url, token string, be
 		s.stopRun(run, true)
 		return nil
 	}
+}
+
+// runEnded unpublishes the live run, which exited or is stuck (err says
+// which), and marks its generation dead before anything else is done
+// about it, so that clients fail with ErrServerRestarted rather than with
+// connection errors.
+func (s *Supervisor) runEnded(err error) {
+	s.mu.Lock()
+	s.live = nil
+	s.mu.Unlock()
+	s.setStatus(func(st *ServerStatus) {
+		st.State, st.URL, st.PID, st.Err = ServerRestarting, "", 0, err
+	})
 }
 
 // startPoll is the pause between a starting server's health checks: a

@@ -64,7 +64,8 @@ func (e *Execution) watch(silence *quartz.Timer) {
 		if shellSent {
 			return
 		}
-		if w, id := k.probe(ChannelShell, newReplyWaiter(false)); w != nil {
+		w := newReplyWaiter(false)
+		if id := k.probe(ChannelShell, w); id != "" {
 			shell, shellSent = w, true
 			ids = append(ids, id)
 		}
@@ -91,8 +92,10 @@ func (e *Execution) watch(silence *quartz.Timer) {
 			if flushing && flushT == nil {
 				flushT = k.clock.NewTimer(e.flush, "jupyter", tagFlush)
 				flushTC = flushT.C
-				w, id := k.probe(ChannelShell, &replyWaiter{wantIOPub: true, wantIdle: true, result: make(chan error, 1)})
-				if w == nil { // no connection to flush over: what came is all
+				w := newReplyWaiter(true)
+				w.wantIdle = true
+				id := k.probe(ChannelShell, w)
+				if id == "" { // no connection to flush over: what came is all
 					e.end(nil)
 					return
 				}
@@ -112,7 +115,8 @@ func (e *Execution) watch(silence *quartz.Timer) {
 			}
 			probeShell()
 			if control == nil {
-				if w, id := k.probe(ChannelControl, newReplyWaiter(false)); w != nil {
+				w := newReplyWaiter(false)
+				if id := k.probe(ChannelControl, w); id != "" {
 					control, probedAt = w, now
 					ids = append(ids, id)
 					if deadline == nil {
@@ -179,25 +183,25 @@ func (e *Execution) lastActivity() time.Time {
 
 // probe sends a kernel_info_request on channel over the current
 // connection, without reconnecting or nudging (a request that needs either
-// has failed already), for w to wait on. It returns nil if there is no
-// usable connection.
-func (k *Kernel) probe(channel string, w *replyWaiter) (*replyWaiter, string) {
+// has failed already), for w to wait on. It returns the request's id, or
+// "" if there is no usable connection.
+func (k *Kernel) probe(channel string, w *replyWaiter) string {
 	msg, err := newMessage(channel, "kernel_info_request", k.session, struct{}{})
 	if err != nil {
-		return nil, ""
+		return ""
 	}
 	id := msg.Header.MsgID
 	k.mu.Lock()
 	conn := k.conn
 	if conn == nil || k.needNudge || k.goneErr != nil {
 		k.mu.Unlock()
-		return nil, ""
+		return ""
 	}
 	k.pending[id] = w
 	k.mu.Unlock()
 	if err := k.write(conn, msg); err != nil {
 		k.remove(id)
-		return nil, ""
+		return ""
 	}
-	return w, id
+	return id
 }
