@@ -397,7 +397,10 @@ func (c *Context) silentOutput(ctx context.Context, ks *kernelState, code string
 // restart. Requires the queue.
 func (c *Context) kernel(ctx context.Context) (*kernelState, error) {
 	c.mu.Lock()
-	if c.removed {
+	// Removing too: code queued behind a running one must not start in
+	// the kernel being deleted (the server interrupts the running code
+	// first, and the kernel would run the next request before it stops).
+	if c.removed || c.removing {
 		c.mu.Unlock()
 		return nil, errRemoved
 	}
