@@ -33,9 +33,12 @@
 //     (pace.go). A paced writer still never waits long for a reader that
 //     does not read.
 //
-// Records are never modified once appended, and readers get shared slices
-// (no copying on read), so a reader and the writer can run concurrently
-// without data races.
+// Records are never modified while in the log, and readers get shared
+// slices (no copying on read), so a reader and the writer can run
+// concurrently without data races. A log made [WithBufferReuse] gives the
+// buffers of evicted records back to its writer once its readers are done
+// with them (reuse.go): there, a Reader's records are valid until its next
+// Read.
 //
 // A typical subscriber loop:
 //
@@ -128,6 +131,8 @@ type Log struct {
 	// the log closes, waking the paced writers waiting for them. Guarded
 	// by mu; created lazily by a writer that waits.
 	room chan struct{}
+
+	reuse *reuse // nil unless WithBufferReuse (reuse.go)
 }
 
 // New returns a log that retains at most capacity bytes of Data, the newest
@@ -176,7 +181,29 @@ func (l *Log) Write(kind uint8, p []byte) {
 	// not held up by a large copy.
 	data := make([]byte, len(p))
 	copy(data, p)
+	l.append(kind, n, data, nil)
+}
 
+// WriteOwned appends p as Write does, without copying it: the log takes p,
+// and the caller must not modify it afterwards. A drain that fills a buffer with a read hands the
+// buffer over and reads the next chunk into a new one: a copy fewer for
+// every byte of bulk output. p's spare capacity is held with it, so hand
+// over only buffers that are about full; one larger than the capacity is
+// cut to its last capacity bytes by a copy, as Write does.
+func (l *Log) WriteOwned(kind uint8, p []byte) {
+	if len(p) > l.capacity {
+		l.Write(kind, p)
+		return
+	}
+	if len(p) == 0 {
+		return
+	}
+	l.append(kind, int64(len(p)), p[:len(p):len(p)], p[:cap(p)])
+}
+
+// append adds data as the record of the last len(data) of n bytes written;
+// whole is the buffer it came in, if the log owns it.
+func (l *Log) append(kind uint8, n int64, data, whole []byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -186,6 +213,7 @@ func (l *Log) Write(kind uint8, p []byte) {
 	// everything before it is evicted below because it is more than
 	// capacity bytes behind the new end.
 	l.recs = append(l.recs, Record{Off: l.end + n - int64(len(data)), Kind: kind, Data: data})
+	l.appendWholeLocked(whole)
 	l.end += n
 	l.evict()
 	l.wake()
@@ -200,6 +228,7 @@ func (l *Log) evict() {
 	for l.head < len(l.recs) {
 		r := &l.recs[l.head]
 		if r.Off+int64(len(r.Data)) <= limit || len(l.recs)-l.head > l.maxRecords {
+			l.evictedLocked(l.head, r.Off+int64(len(r.Data)))
 			*r = Record{} // drop the reference so the GC can free Data
 			l.head++
 			continue
@@ -219,6 +248,11 @@ func (l *Log) evict() {
 		n := copy(l.recs, l.recs[l.head:])
 		clear(l.recs[n:])
 		l.recs = l.recs[:n]
+		if u := l.reuse; u != nil {
+			copy(u.whole, u.whole[l.head:])
+			clear(u.whole[n:])
+			u.whole = u.whole[:n]
+		}
 		l.head = 0
 	}
 }
@@ -319,10 +353,16 @@ var closedChan = func() chan struct{} {
 //
 // When the log is closed and the cursor has read everything, Read returns
 // (nil, io.EOF). When nothing is available yet, it returns (nil, nil).
+//
+// On a log made WithBufferReuse, the records are copies.
 func (c *Cursor) Read() ([]Record, error) {
 	c.log.mu.Lock()
 	defer c.log.mu.Unlock()
-	return c.readLocked()
+	recs, err := c.readLocked()
+	if c.log.reuse != nil {
+		recs = copyRecords(recs)
+	}
+	return recs, err
 }
 
 func (c *Cursor) readLocked() ([]Record, error) {

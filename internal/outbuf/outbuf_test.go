@@ -202,6 +202,38 @@ func TestWriteCopiesInput(t *testing.T) {
 	}
 }
 
+// WriteOwned keeps the caller's buffer as the record (no copy), capped so
+// that a reader's append cannot reach the buffer's spare capacity; an
+// oversized buffer keeps its last capacity bytes, as Write does.
+func TestWriteOwned(t *testing.T) {
+	t.Parallel()
+	l := outbuf.New(8)
+	buf := make([]byte, 3, 16)
+	copy(buf, "abc")
+	l.WriteOwned(1, buf)
+	l.WriteOwned(1, nil)
+	recs := readAll(t, l.Cursor(outbuf.Oldest))
+	if len(recs) != 1 || string(recs[0].Data) != "abc" || recs[0].Off != 0 || recs[0].Kind != 1 {
+		t.Fatalf("records %+v, want one \"abc\" at 0", recs)
+	}
+	if &recs[0].Data[0] != &buf[0] {
+		t.Error("the record is a copy of the owned buffer")
+	}
+	_ = append(recs[0].Data, "ZZ"...)
+	if spare := buf[:5]; string(spare[3:]) == "ZZ" {
+		t.Error("a reader's append wrote into the owner's spare capacity")
+	}
+
+	l.WriteOwned(2, []byte("0123456789")) // 10 bytes into a log of 8
+	recs = readAll(t, l.Cursor(outbuf.Oldest))
+	if got := concat(recs); string(got) != "23456789" {
+		t.Fatalf("kept %q, want the last 8 bytes", got)
+	}
+	if l.Start() != 5 || l.End() != 13 {
+		t.Fatalf("Start, End = %d, %d; want 5, 13", l.Start(), l.End())
+	}
+}
+
 // A reader appending to a returned record must not corrupt the log.
 func TestAppendToRecordDoesNotCorrupt(t *testing.T) {
 	t.Parallel()

@@ -76,6 +76,11 @@ type Reader struct {
 	// stalled is when a paced write first waited for it since its last
 	// read; zero when none waits for it. Guarded by cur.log.mu.
 	stalled time.Time
+	// mark is the offset of the oldest byte whose record it may still use
+	// (buffer reuse, reuse.go); closed is set by Close. Guarded by
+	// cur.log.mu.
+	mark   int64
+	closed bool
 }
 
 // Follow returns a Reader positioned at offset from, as [Log.Cursor] does,
@@ -83,8 +88,12 @@ type Reader struct {
 func (l *Log) Follow(from int64) *Reader {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := &Reader{cur: Cursor{log: l, off: l.clampLocked(from)}}
+	off := l.clampLocked(from)
+	r := &Reader{cur: Cursor{log: l, off: off}, mark: off}
 	l.followers[r] = struct{}{}
+	if l.reuse != nil {
+		l.reuse.readers[r] = struct{}{}
+	}
 	return r
 }
 
@@ -94,12 +103,18 @@ func (l *Log) Follow(from int64) *Reader {
 // the rest) when the reader was left behind. Records are shared: do not
 // modify their Data. Every Read that returns something counts as progress
 // for the reader grace.
+//
+// On a log made WithBufferReuse, the records are valid until the next Read
+// or Close (after Close, Read returns copies).
 func (r *Reader) Read() ([]Record, error) {
 	l := r.cur.log
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(r.pending) == 0 {
 		recs, err := r.cur.readLocked()
+		if err != nil || len(recs) == 0 {
+			r.markLocked(r.cur.off)
+		}
 		if err != nil {
 			r.progressLocked()
 			return nil, err
@@ -109,6 +124,7 @@ func (r *Reader) Read() ([]Record, error) {
 		}
 		r.pending = recs
 	}
+	r.markLocked(r.pending[0].Off)
 	n, size := 0, 0
 	for n < len(r.pending) && (n == 0 || size+len(r.pending[n].Data) <= readBatch) {
 		size += len(r.pending[n].Data)
@@ -120,7 +136,18 @@ func (r *Reader) Read() ([]Record, error) {
 		r.pending = nil
 	}
 	r.progressLocked()
+	if r.closed && l.reuse != nil {
+		out = copyRecords(out)
+	}
 	return out, nil
+}
+
+// markLocked moves r's low-water mark to off, releasing the buffers it held.
+func (r *Reader) markLocked(off int64) {
+	if r.mark != off {
+		r.mark = off
+		r.cur.log.releaseLocked()
+	}
 }
 
 // progressLocked records that r read: writers waiting for it look again.
@@ -148,12 +175,20 @@ func (r *Reader) Offset() int64 {
 	return r.cur.off
 }
 
-// Close stops paced writes from waiting for r. It may still Read.
+// Close stops paced writes from waiting for r. It may still Read (on a log
+// made WithBufferReuse, it must not use the records of earlier Reads).
 func (r *Reader) Close() {
 	l := r.cur.log
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.followers, r)
+	r.closed = true
+	if l.reuse != nil {
+		// What it has yet to Read is no longer held for it.
+		r.pending = copyRecords(r.pending)
+		delete(l.reuse.readers, r)
+		l.releaseLocked()
+	}
 	l.wakeWritersLocked()
 }
 
@@ -178,6 +213,13 @@ func (l *Log) wakeWritersLocked() {
 func (l *Log) WritePaced(ctx context.Context, kind uint8, p []byte) {
 	l.pace(ctx, len(p))
 	l.Write(kind, p)
+}
+
+// WritePacedOwned paces as WritePaced does, then appends p as
+// [Log.WriteOwned] does: the log takes p.
+func (l *Log) WritePacedOwned(ctx context.Context, kind uint8, p []byte) {
+	l.pace(ctx, len(p))
+	l.WriteOwned(kind, p)
 }
 
 // pace returns when n more bytes fit (see WritePaced). Clock calls happen

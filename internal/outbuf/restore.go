@@ -9,7 +9,11 @@ import "fmt"
 func (l *Log) Snapshot() (start, end int64, recs []Record, closed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.start, l.end, append([]Record(nil), l.recs[l.head:]...), l.closed
+	recs = append([]Record(nil), l.recs[l.head:]...)
+	if l.reuse != nil {
+		recs = copyRecords(recs)
+	}
+	return l.start, l.end, recs, l.closed
 }
 
 // Restore returns a log that continues a Snapshot: it retains recs (which
@@ -31,6 +35,9 @@ func Restore(capacity int, start, end int64, recs []Record, opts ...Option) (*Lo
 	l.recs = make([]Record, len(recs))
 	for i, r := range recs {
 		l.recs[i] = Record{Off: r.Off, Kind: r.Kind, Data: r.Data[:len(r.Data):len(r.Data)]}
+	}
+	if l.reuse != nil {
+		l.reuse.whole = make([][]byte, len(recs)) // none of them is the log's to reuse
 	}
 	l.start, l.end = start, end
 	l.evict()

@@ -35,7 +35,15 @@ func (p *Process) Follow() *Reader {
 
 // newLog returns the output log of a process started with opts.
 func newLog(opts Options) *outbuf.Log {
-	return outbuf.New(opts.LogSize, outbuf.WithReaderGrace(opts.ReaderGrace), outbuf.WithClock(opts.Clock))
+	return outbuf.New(opts.LogSize, logOptions(opts)...)
+}
+
+// logOptions are the options of a process's output log. The drains hand
+// full buffers to it and take their next ones from it (Log.Buffer), so its
+// readers use what they read before their next Read (streamEvents sends
+// it first).
+func logOptions(opts Options) []outbuf.Option {
+	return []outbuf.Option{outbuf.WithReaderGrace(opts.ReaderGrace), outbuf.WithClock(opts.Clock), outbuf.WithBufferReuse()}
 }
 
 // startPacing makes the drains' paced writes wait for the followers until

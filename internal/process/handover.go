@@ -381,7 +381,7 @@ func restoreLog(opts Options, o *hpb.Output) (*outbuf.Log, error) {
 		}
 		recs[i] = outbuf.Record{Off: r.GetOffset(), Kind: uint8(r.GetKind()), Data: r.GetData()}
 	}
-	return outbuf.Restore(opts.LogSize, o.GetStart(), o.GetEnd(), recs, outbuf.WithReaderGrace(opts.ReaderGrace), outbuf.WithClock(opts.Clock))
+	return outbuf.Restore(opts.LogSize, o.GetStart(), o.GetEnd(), recs, logOptions(opts)...)
 }
 
 func configOf(c *hpb.Command) Config {

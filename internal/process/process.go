@@ -393,16 +393,27 @@ func (p *Process) drain(f *os.File, kind uint8, wg *sync.WaitGroup) {
 		if err != nil && p.parkDrain(f, err) {
 			continue // a handover that did not happen: read on
 		}
-		if n > 0 {
+		full := n == len(buf)
+		switch {
+		case full:
+			// Bulk output: the log takes the buffer, rather than a copy
+			// of it, and the next read goes into one it no longer needs
+			// (see outbuf's reuse.go).
+			p.log.WritePacedOwned(p.pacing, kind, buf)
+		case n > 0:
 			p.log.WritePaced(p.pacing, kind, buf[:n])
-			if p.pacing.Err() != nil {
-				p.extendDrain(f, n)
-			}
 		}
-		// A chunk stays well under the log's size, or one record would
-		// push a reader that keeps up out of it (see flow.go).
-		if n == len(buf) && len(buf) < min(maxReadChunk, p.logSize/8) {
-			buf = make([]byte, 2*len(buf))
+		if n > 0 && p.pacing.Err() != nil {
+			p.extendDrain(f, n)
+		}
+		if full && err == nil {
+			// A chunk stays well under the log's size, or one record
+			// would push a reader that keeps up out of it (see flow.go).
+			size := len(buf)
+			if size < min(maxReadChunk, p.logSize/8) {
+				size *= 2
+			}
+			buf = p.log.Buffer(size)
 		}
 		if err != nil {
 			switch {
