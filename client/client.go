@@ -41,6 +41,7 @@ import (
 	"github.com/envd-dev/envd/gen/envd/ports/v1/portsv1connect"
 	"github.com/envd-dev/envd/gen/filesystem/filesystemconnect"
 	"github.com/envd-dev/envd/gen/process/processconnect"
+	"github.com/envd-dev/envd/internal/wirecodec"
 )
 
 // DefaultAddr is where the zero Client finds envd.
@@ -217,7 +218,8 @@ func (c *Client) init() {
 			// Compressing on a local link costs more than it saves.
 			connect.WithAcceptCompression("gzip", nil, nil),
 		}
-		c.proc = processconnect.NewProcessClient(c.rpcHC, c.base, opts...)
+		// Process output is decoded into buffers that Wait gives back.
+		c.proc = processconnect.NewProcessClient(c.rpcHC, c.base, append(opts, connect.WithCodec(wirecodec.Codec{}))...)
 		c.fs = filesystemconnect.NewFilesystemClient(c.rpcHC, c.base, opts...)
 		c.code = interpreterv1connect.NewInterpreterServiceClient(c.rpcHC, c.base, opts...)
 		c.pkgs = packagesv1connect.NewPackageServiceClient(c.rpcHC, c.base, opts...)

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/envd-dev/envd/gen/process"
+	"github.com/envd-dev/envd/internal/wirecodec"
 )
 
 // Command describes a process to start. Only Name is required.
@@ -565,6 +566,9 @@ func (p *Process) Wait() (*Exit, error) {
 				break
 			}
 		}
+		// A Writer must not keep what it was given: the buffer can take
+		// the next message's output.
+		wirecodec.Release(ev.Data)
 	}
 	if p.err != nil {
 		return nil, p.err

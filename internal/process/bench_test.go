@@ -18,6 +18,7 @@ import (
 	"github.com/envd-dev/envd/gen/process/processconnect"
 	"github.com/envd-dev/envd/internal/process/processtest"
 	"github.com/envd-dev/envd/internal/reaper"
+	"github.com/envd-dev/envd/internal/wirecodec"
 )
 
 var streamBytes = flag.Int64("stream-bytes", 1<<30, "bytes of stdout BenchmarkStreamThroughput streams each run")
@@ -39,8 +40,9 @@ func BenchmarkStreamThroughput(b *testing.B) {
 		name string
 		opts processtest.ClientOptions
 	}{
-		{"h2c", processtest.ClientOptions{Proto: processtest.H2C}},
-		{"http1", processtest.ClientOptions{Proto: processtest.HTTP1}},
+		// As envd's Go client reads output (client.Process.Wait).
+		{"h2c", processtest.ClientOptions{Proto: processtest.H2C, Codec: processtest.Wire}},
+		{"http1", processtest.ClientOptions{Proto: processtest.HTTP1, Codec: processtest.Wire}},
 		{"h2c-gzip", processtest.ClientOptions{Proto: processtest.H2C, Gzip: true}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
@@ -95,7 +97,9 @@ func streamOnce(c processconnect.ProcessClient, n int64) (time.Duration, error) 
 	var end *pb.ProcessEvent_EndEvent
 	for st.Receive() {
 		e := st.Msg().GetEvent()
-		got += int64(len(e.GetData().GetStdout()))
+		out := e.GetData().GetStdout()
+		got += int64(len(out))
+		wirecodec.Release(out)
 		if e.GetEnd() != nil {
 			end = e.GetEnd()
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/server"
 	"github.com/envd-dev/envd/internal/testutil"
+	"github.com/envd-dev/envd/internal/wirecodec"
 )
 
 // Timeouts shared by every test of the process packages. They are generous:
@@ -147,6 +148,9 @@ type Codec string
 const (
 	JSON   Codec = "json"   // as the SDK
 	Binary Codec = "binary" // protobuf
+	// Wire is binary protobuf as envd's Go client decodes it
+	// (internal/wirecodec): output in pooled buffers.
+	Wire Codec = "wire"
 )
 
 // ClientOptions picks how a client talks.
@@ -185,8 +189,11 @@ func HTTPClient(t testing.TB, proto Proto, user string, header http.Header) *htt
 // Client returns a generated process client.
 func (s *Server) Client(t testing.TB, o ClientOptions) processconnect.ProcessClient {
 	var opts []connect.ClientOption
-	if o.Codec == JSON {
+	switch o.Codec {
+	case JSON:
 		opts = append(opts, connect.WithProtoJSON())
+	case Wire:
+		opts = append(opts, connect.WithCodec(wirecodec.Codec{}))
 	}
 	if !o.Gzip {
 		opts = append(opts, connect.WithAcceptCompression("gzip", nil, nil))
