@@ -70,6 +70,16 @@ type Options struct {
 	// HTTP1 makes RPCs use HTTP/1.1 instead of h2c, for a proxy or an envd
 	// that does not speak h2c. Each stream then holds a connection.
 	HTTP1 bool
+	// OutputHTTP1 follows process output (Start, Connect) over HTTP/1.1,
+	// a connection per stream, while other RPCs share h2c's one: bulk
+	// output comes about a quarter faster (no HTTP/2 framing and windows
+	// on either side; `envctl run` of 1 GiB: 0.65-0.73 s against 0.85-0.92
+	// s), at the cost of a connection (and, over vsock, a handshake) for
+	// each process followed at once, and without HTTP/2's pings a peer
+	// that vanishes without closing is found by TCP keepalives only.
+	// envctl sets it; a client following many processes at once is better
+	// off without.
+	OutputHTTP1 bool
 }
 
 // Client talks to one envd. Create it with New, or use the zero value for
@@ -85,6 +95,7 @@ type Client struct {
 	rpcHC  *http.Client           // Connect RPCs
 	bulkHC *http.Client           // /files and the small HTTP API
 	proc   processconnect.ProcessClient
+	output processconnect.ProcessClient // Start and Connect: proc, or over bulkHC (OutputHTTP1)
 	fs     filesystemconnect.FilesystemClient
 	code   interpreterv1connect.InterpreterServiceClient
 	pkgs   packagesv1connect.PackageServiceClient
@@ -219,7 +230,12 @@ func (c *Client) init() {
 			connect.WithAcceptCompression("gzip", nil, nil),
 		}
 		// Process output is decoded into buffers that Wait gives back.
-		c.proc = processconnect.NewProcessClient(c.rpcHC, c.base, append(opts, connect.WithCodec(wirecodec.Codec{}))...)
+		procOpts := append(opts, connect.WithCodec(wirecodec.Codec{}))
+		c.proc = processconnect.NewProcessClient(c.rpcHC, c.base, procOpts...)
+		c.output = c.proc
+		if c.opts.OutputHTTP1 {
+			c.output = processconnect.NewProcessClient(c.bulkHC, c.base, procOpts...)
+		}
 		c.fs = filesystemconnect.NewFilesystemClient(c.rpcHC, c.base, opts...)
 		c.code = interpreterv1connect.NewInterpreterServiceClient(c.rpcHC, c.base, opts...)
 		c.pkgs = packagesv1connect.NewPackageServiceClient(c.rpcHC, c.base, opts...)

@@ -249,7 +249,7 @@ func (c *Client) Start(ctx context.Context, cmd Command) (*Process, error) {
 		req.Stdin = nil
 	}
 	sctx, cancel := streamContext(ctx, cmd.Timeout)
-	stream, err := c.proc.Start(sctx, request(c, req, cmd.User))
+	stream, err := c.output.Start(sctx, request(c, req, cmd.User))
 	if err != nil {
 		cancel()
 		return nil, concerning(aboutCommand, rpcError(op, err))
@@ -283,7 +283,7 @@ func (c *Client) Connect(ctx context.Context, sel Selector) (*Process, error) {
 	c.init()
 	op := "connect to " + sel.String()
 	sctx, cancel := streamContext(ctx, 0)
-	stream, err := c.proc.Connect(sctx, request(c, &pb.ConnectRequest{Process: sel.proto()}, ""))
+	stream, err := c.output.Connect(sctx, request(c, &pb.ConnectRequest{Process: sel.proto()}, ""))
 	if err != nil {
 		cancel()
 		return nil, rpcError(op, err)
@@ -510,7 +510,7 @@ func (p *Process) finish(err error) {
 func (p *Process) fetchExit() (*Exit, error) {
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
-	stream, err := p.c.proc.Connect(ctx, request(p.c, &pb.ConnectRequest{Process: Selector{PID: p.PID}.proto()}, ""))
+	stream, err := p.c.output.Connect(ctx, request(p.c, &pb.ConnectRequest{Process: Selector{PID: p.PID}.proto()}, ""))
 	if err != nil {
 		return nil, err
 	}

@@ -482,3 +482,59 @@ func TestRunKillsWhenItsContextEnds(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// Bulk output comes whole through Wait, whose buffers take the next
+// messages' output once written, over h2c and with OutputHTTP1; and the
+// output streams of OutputHTTP1 work with stdin and Connect.
+func TestBulkOutput(t *testing.T) {
+	t.Parallel()
+	var want bytes.Buffer
+	for i := 1; i <= 1_000_000; i++ {
+		want.WriteString(strconv.Itoa(i) + "\n")
+	}
+	for _, o := range []client.Options{{}, {OutputHTTP1: true}} {
+		t.Run(fmt.Sprintf("OutputHTTP1=%v", o.OutputHTTP1), func(t *testing.T) {
+			t.Parallel()
+			c := newClient(t, o)
+			ctx := testContext(t, testutil.Wait)
+			var out bytes.Buffer
+			p, err := c.Start(ctx, client.Command{Name: "seq", Args: []string{"1000000"}, Stdout: &out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exit, err := p.Wait(); err != nil || !exit.Success() {
+				t.Fatalf("seq: %v, %v", exit, err)
+			}
+			if !bytes.Equal(out.Bytes(), want.Bytes()) {
+				t.Fatalf("seq 1000000: %d bytes, not the %d expected", out.Len(), want.Len())
+			}
+
+			tag := "bulk-" + strconv.FormatBool(o.OutputHTTP1)
+			p, err = c.Start(ctx, client.Command{Name: "/bin/sh", Args: []string{"-c", "read x; seq $x"}, Stdin: true, Tag: tag})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Close()
+			q, err := c.Connect(ctx, client.Selector{Tag: tag})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := q.SendStdin(ctx, []byte("1000000\n")); err != nil {
+				t.Fatal(err)
+			}
+			out.Reset()
+			for ev, err := range q.Events() {
+				if err != nil {
+					t.Fatal(err)
+				}
+				out.Write(ev.Data)
+			}
+			if exit, err := q.Wait(); err != nil || !exit.Success() {
+				t.Fatalf("after Connect: %v, %v", exit, err)
+			}
+			if !bytes.Equal(out.Bytes(), want.Bytes()) {
+				t.Fatalf("after Connect: %d bytes, not the %d expected", out.Len(), want.Len())
+			}
+		})
+	}
+}

@@ -284,7 +284,8 @@ func (g *globals) client(explicit map[string]bool) (*client.Client, error) {
 	if len(given) > 1 {
 		return nil, usageError{"give one of --" + strings.Join(given, ", --") + ", not several"}
 	}
-	o := client.Options{Token: g.token, User: g.user, InsecureSkipVerify: g.insecure}
+	// One process's output at a time: over HTTP/1.1, it streams faster.
+	o := client.Options{Token: g.token, User: g.user, InsecureSkipVerify: g.insecure, OutputHTTP1: true}
 	if len(given) == 1 {
 		switch v := *vals[given[0]]; given[0] {
 		case "addr":
