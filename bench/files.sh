@@ -7,7 +7,10 @@
 # loopback connection, sendfile into splice: no HTTP transfer of the file can
 # beat it on this machine), over cp's, and envd's peak RSS (VmHWM).
 # Runs are interleaved (every contender once per round, BENCH_FILE_RUNS
-# rounds, default 3), each after a sync; each contender's best time counts. Prints ROW lines for
+# rounds, default 7), each after a sync; each contender's best time counts:
+# on this machine a 1 GiB transfer into tmpfs takes 1x to 3x its best time
+# at random, whoever serves it (envd and net/http alike), so 3 rounds could
+# leave either without one good run. Prints ROW lines for
 # bench/run.sh's table; each ratio is envd's time over the baseline's.
 # The files live in a tmpfs (/dev/shm when there is one; BENCH_FILES_DIR to
 # choose): on a disk, writeback of the previous gigabyte lands at random in
@@ -20,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 . bench/lib.sh
-runs=${BENCH_FILE_RUNS:-3}
+runs=${BENCH_FILE_RUNS:-7}
 size_mib=${BENCH_FILE_MIB:-1024}
 
 if [[ -z ${ENVD_BIN:-} ]]; then

@@ -16,7 +16,7 @@
 # BENCH_CODE_RUNS sets runCode's alone), BENCH_CONC_ROUNDS (20 rounds of
 # 100 concurrent commands.run), BENCH_CODE_STARTS (15 createCodeContext
 # calls of each kind), BENCH_STREAM_RUNS (3 streams of BENCH_STREAM_MIB,
-# 1024), BENCH_FILE_RUNS (3 rounds of transfers of BENCH_FILE_MIB, 1024),
+# 1024), BENCH_FILE_RUNS (7 rounds of transfers of BENCH_FILE_MIB, 1024),
 # BENCH_START_RUNS (5 envd starts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
