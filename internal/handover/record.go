@@ -21,6 +21,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
@@ -60,16 +61,27 @@ type SchemaError struct {
 
 func (e *SchemaError) Error() string {
 	if e.Got > e.Max {
-		return fmt.Sprintf("handover record schema %d is newer than schema %d, the newest this envd (%s) reads: the envd that wrote it knows state this one would lose", e.Got, e.Max, versionForErrors)
+		return fmt.Sprintf("handover record schema %d is newer than schema %d, the newest this envd (%s) reads: the envd that wrote it knows state this one would lose", e.Got, e.Max, thisVersion())
 	}
-	return fmt.Sprintf("handover record schema %d is older than schema %d, the oldest this envd (%s) reads", e.Got, e.Min, versionForErrors)
+	return fmt.Sprintf("handover record schema %d is older than schema %d, the oldest this envd (%s) reads", e.Got, e.Min, thisVersion())
 }
 
-// versionForErrors names this envd in errors; the daemon sets it (SetVersion).
-var versionForErrors = "this version"
+// versionForErrors names this envd in errors; the daemon sets it
+// (SetVersion), on each Run: tests run daemons side by side.
+var versionForErrors atomic.Pointer[string]
 
 // SetVersion names this envd's version in the errors the package makes.
-func SetVersion(v string) { versionForErrors = "version " + v }
+func SetVersion(v string) {
+	s := "version " + v
+	versionForErrors.Store(&s)
+}
+
+func thisVersion() string {
+	if s := versionForErrors.Load(); s != nil {
+		return *s
+	}
+	return "this version"
+}
 
 // FD is f's descriptor number, for a record or the exec's list of
 // descriptors to keep. Unlike File.Fd it leaves the descriptor's mode
