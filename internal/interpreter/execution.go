@@ -224,9 +224,14 @@ func (x *Execution) stopReason() (EndReason, *ErrorValue) {
 
 // runner is the state of one run, owned by the execution's goroutine.
 type runner struct {
-	x          *Execution
-	ks         *kernelState
-	errored    bool // an error event was written
+	x       *Execution
+	ks      *kernelState
+	errored bool // an error event was written
+	// replyErr is the error of an execute_reply whose iopub error had not
+	// come yet: written at the end unless that error comes (the shell
+	// channel is not ordered with iopub: the reply can overtake the
+	// outputs the code printed before it failed).
+	replyErr   *ErrorValue
 	stopping   bool // interrupted or timed out: the kernel was interrupted
 	interrupts int  // interrupts sent
 	heard      bool // since the interrupt the kernel answered (error, reply or idle)
@@ -379,6 +384,7 @@ func (x *Execution) run(ticket fifo.Ticket) {
 
 // finishRun ends an execution the kernel completed.
 func (r *runner) finishRun() {
+	r.flushReplyErr()
 	switch {
 	case r.stopping:
 		r.finish(r.x.stopReason())
@@ -515,7 +521,7 @@ func (r *runner) handle(ctx context.Context, m *jupyter.Message) bool {
 		switch rep.Status {
 		case "error":
 			if !r.errored {
-				r.emitError(&ErrorValue{Name: rep.EName, Value: rep.EValue, Traceback: strings.Join(rep.Traceback, "")})
+				r.replyErr = &ErrorValue{Name: rep.EName, Value: rep.EValue, Traceback: strings.Join(rep.Traceback, "")}
 			}
 		case "abort", "aborted":
 			// Terminal, but give the kernel a moment to publish its idle:
@@ -536,6 +542,15 @@ func (r *runner) handle(ctx context.Context, m *jupyter.Message) bool {
 		cancel()
 	}
 	return false
+}
+
+// flushReplyErr writes the execute_reply's error when the kernel published
+// none of its own on iopub (see replyErr).
+func (r *runner) flushReplyErr() {
+	if r.replyErr != nil && !r.errored {
+		r.emitError(r.replyErr)
+	}
+	r.replyErr = nil
 }
 
 func (r *runner) emitError(ev *ErrorValue) {
@@ -637,6 +652,7 @@ func (r *runner) failBeforeRun(err error) {
 // finish writes the closing events. ev (if any) is written even when the
 // code already raised: it says why the execution ended abnormally.
 func (r *runner) finish(reason EndReason, ev *ErrorValue) {
+	r.flushReplyErr()
 	msg := ""
 	if ev != nil {
 		r.emitError(ev)
