@@ -2,8 +2,9 @@
 // as (uid, gid, supplementary groups, home), the environment a login as that
 // user starts with, and how a path a user typed resolves against their home.
 //
-// Lookups read /etc/passwd and /etc/group on every call (os/user without cgo),
-// so accounts created after envd started are seen at once.
+// Lookups read /etc/passwd and /etc/group (os/user without cgo), and keep
+// the answer while both files stay as they were (lookup.go), so accounts
+// created or changed after envd started are seen at once.
 //
 // Two ways to act as a user, for the two modes of envd (see the README's
 // "Who is trusted, and with what"). [User.Do] switches one thread's
@@ -45,6 +46,11 @@ type User struct {
 
 // Lookup finds the account called name.
 func Lookup(name string) (*User, error) {
+	return lookups.lookup(name)
+}
+
+// lookupFiles is Lookup without the cache.
+func lookupFiles(name string) (*User, error) {
 	if name == "" {
 		return nil, fmt.Errorf("%w: empty user name", ErrUnknownUser)
 	}
