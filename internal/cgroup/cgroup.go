@@ -5,8 +5,9 @@
 // Layout. envd makes its tree under its own cgroup in each hierarchy it uses
 // (read from /proc/self/cgroup, so a supervisor's placement of envd is
 // respected): <own>/<Root>/{user,pty,jupyter}. Every process envd starts gets
-// a cgroup of its own under user (pipes) or pty (terminals), removed once it
-// ended and emptied; the Jupyter server and its kernels share jupyter. envd
+// a cgroup of its own under user (pipes) or pty (terminals), made ahead
+// (spare.go) and removed once it ended and emptied; the Jupyter server and
+// its kernels share jupyter. envd
 // itself stays in its own cgroup, outside the tree, so freezing the tree
 // never freezes envd.
 //
@@ -117,6 +118,8 @@ type Manager struct {
 
 	lingerMu sync.Mutex
 	linger   map[string]*Group // per-process cgroups left busy by orphans; guarded by lingerMu
+
+	spares spares // per-process cgroups made ahead (spare.go)
 }
 
 // New finds the hierarchies, makes envd's tree and its workload cgroups.
@@ -213,6 +216,9 @@ func (m *Manager) hiers() []*hier {
 type Group struct {
 	m   *Manager
 	rel string // relative to envd's root
+	// parent is set on a per-process cgroup NewChild gave: its Start
+	// refills the parent's spares.
+	parent *Group
 }
 
 // Group returns the workload cgroup name (User, PTY or Jupyter).
@@ -272,13 +278,27 @@ func (m *Manager) enableControllers(dir string) {
 	}
 }
 
-// NewChild makes a cgroup of its own under g for one process.
+// NewChild returns a new cgroup of its own under g for one process: one
+// made ahead when there is one (see spare.go), else one made now.
+func (g *Group) NewChild() (*Group, error) {
+	c := g.m.spares.take(g.rel)
+	if c == nil {
+		var err error
+		if c, err = g.newChild(); err != nil {
+			return nil, err
+		}
+	}
+	c.parent = g
+	return c, nil
+}
+
+// newChild makes a cgroup of its own under g for one process.
 // Its name is new: a name another envd in the same cgroup (tests run
 // several) took already is skipped.
 //
 // A parent that is gone (removed from outside, or by another envd sharing
 // the tree's name as it shut down) is made again.
-func (g *Group) NewChild() (*Group, error) {
+func (g *Group) newChild() (*Group, error) {
 	g.m.retryLingering()
 	for range 64 {
 		rel := filepath.Join(g.rel, "p"+strconv.FormatUint(g.m.seq.Add(1), 10))
@@ -357,6 +377,7 @@ func (m *Manager) Close() error {
 	if m == nil {
 		return nil
 	}
+	m.spares.close()
 	return m.removeTree()
 }
 

@@ -319,3 +319,70 @@ func TestTreeRemovedFromOutside(t *testing.T) {
 		})
 	}
 }
+
+// TestSpareCgroups: after a first start, NewChild gives cgroups made ahead
+// in the background, each new and usable; a spare removed from
+// outside is skipped; Close removes the spares with the tree (newManager's
+// cleanup checks that it succeeds).
+func TestSpareCgroups(t *testing.T) {
+	for _, v := range versions(t) {
+		t.Run(v.String(), func(t *testing.T) {
+			m := newManager(t, v)
+			spares := func(n int) []string {
+				t.Helper()
+				var names []string
+				if !testutil.PollFor(testutil.Wait, func() bool {
+					names = cgroup.SpareNames(m, cgroup.User)
+					return len(names) >= n
+				}) {
+					t.Fatalf("spares %v, want %d", names, n)
+				}
+				return names
+			}
+			seen := map[string]bool{}
+			newChild := func() *cgroup.Group {
+				t.Helper()
+				g, err := m.Group(cgroup.User).NewChild()
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { g.Remove() })
+				if seen[g.Path()] {
+					t.Fatalf("cgroup %s handed out twice", g.Path())
+				}
+				seen[g.Path()] = true
+				return g
+			}
+			use := func(g *cgroup.Group) { // a start refills the spares
+				t.Helper()
+				cmd := exec.Command("/bin/sh", "-c", "exit 7")
+				if err := g.Start(cmd, cmd.Start); err != nil {
+					t.Fatal(err)
+				}
+				if err := cmd.Wait(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 7 {
+					t.Fatalf("a process in %s: %v", g.Path(), err)
+				}
+			}
+			use(newChild())
+			for range 3 {
+				next := spares(2)[0]
+				g := newChild()
+				if g.Path() != next {
+					t.Fatalf("NewChild gave %s, want the spare %s", g.Path(), next)
+				}
+				use(g)
+			}
+			names := spares(2)
+			gone, err := m.Adopt(names[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := gone.Remove(); err != nil {
+				t.Fatal(err)
+			}
+			if g := newChild(); g.Path() != names[1] {
+				t.Fatalf("after %s was removed from outside, NewChild gave %s, want %s", names[0], g.Path(), names[1])
+			}
+		})
+	}
+}

@@ -27,6 +27,11 @@ import (
 // While the workload is frozen a v1 start answers ErrFrozen: the thread
 // would freeze with it.
 func (g *Group) Start(cmd *exec.Cmd, start func() error) error {
+	// The next spare is made once this start is done: not at the same
+	// time, when its mkdir would wait on the same cgroup locks.
+	if g.parent != nil {
+		defer g.m.spares.refill(g.parent)
+	}
 	if g.m.v2 != nil {
 		return g.startV2(cmd, start)
 	}

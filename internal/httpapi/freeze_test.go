@@ -135,6 +135,9 @@ func TestFreezeRoutes(t *testing.T) {
 				t.Fatal("still frozen after /unfreeze")
 			}
 
+			// The loop's start made spare cgroups under user (one per
+			// process to come): the sweep visits them too.
+			testutil.Poll(t, "the spare cgroups", func() bool { return cg.Spares() == 2 })
 			r := e.do(t, "POST", "/freeze", q("mode", "legacy", "maxWaitMs", "15000", "maxCgroups", "100"), tok, nil)
 			if r.status != 200 || r.header.Get("Content-Type") != "application/json" {
 				t.Fatalf("freeze with maxWaitMs: %d %s", r.status, r.body)
@@ -148,8 +151,8 @@ func TestFreezeRoutes(t *testing.T) {
 					t.Errorf("result %s lacks %s", r.body, k)
 				}
 			}
-			if res["mode"] != "legacy" || res["requested"] != 3.0 || res["frozen"] != 3.0 || res["visited"] != 4.0 {
-				t.Errorf("result %s: want legacy, 4 visited (user, pty, jupyter, the loop's), 3 requested and frozen", r.body)
+			if res["mode"] != "legacy" || res["requested"] != 3.0 || res["frozen"] != 3.0 || res["visited"] != 6.0 {
+				t.Errorf("result %s: want legacy, 6 visited (user, pty, jupyter, the loop's, 2 spares), 3 requested and frozen", r.body)
 			}
 			if r := e.do(t, "POST", "/unfreeze", nil, tok, nil); r.status != 204 {
 				t.Fatalf("unfreeze: %d %s", r.status, r.body)

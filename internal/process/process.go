@@ -466,8 +466,8 @@ func (p *Process) endReason(ex reaper.Exit) EndReason {
 }
 
 // readCgroup completes the exit from the process's cgroup: an OOM kill, the
-// memory peak; then removes the cgroup (kept for later if orphans of the
-// process still live in it).
+// memory peak. wait removes the cgroup once the exit is published (kept for
+// later if orphans of the process still live in it).
 func (p *Process) readCgroup(ex reaper.Exit) {
 	if p.cg == nil {
 		return
@@ -480,7 +480,6 @@ func (p *Process) readCgroup(ex reaper.Exit) {
 	if peak, err := p.cg.MemoryPeak(); err == nil && p.exit.Usage != nil {
 		p.exit.Usage.MemoryPeak = int64(peak)
 	}
-	p.cg.Remove()
 }
 
 // usage converts wait4's rusage.
@@ -536,6 +535,11 @@ func (p *Process) wait(exitc <-chan reaper.Exit, cleanup func()) {
 	p.log.Close()
 	cleanup()
 	close(p.done)
+	// Removing the cgroup (an rmdir in each hierarchy, about 0.1 ms on
+	// cgroup v1) need not hold the end back.
+	if p.cg != nil {
+		p.cg.Remove()
+	}
 }
 
 // awaitGroup returns once the killed process's group (session) is gone: its

@@ -1,0 +1,132 @@
+package cgroup
+
+import (
+	"errors"
+	"os"
+	"sync"
+)
+
+// Spare cgroups: NewChild hands out a per-process cgroup made ahead, in the
+// background, and the child's Start makes the next one once the process
+// started. A start then skips the mkdir in each hierarchy (about 0.1 ms on
+// v1's memory hierarchy, more on a loaded machine), and the refill runs
+// while the process does, not while envd's thread moves between cgroups
+// (both take the kernel's cgroup locks: at the same time, the start took
+// 0.2 ms longer).
+//
+// A spare is an empty cgroup like any per-process one: freezing its parent
+// freezes it, and Close removes it with the tree. One whose directory went
+// (removed from outside) is dropped when taken. A live upgrade leaves the
+// spares of the old image as empty cgroups in the tree, until Close.
+
+// sparesPerParent is how many cgroups are kept ready under each parent
+// (user, pty) that processes were started in.
+const sparesPerParent = 2
+
+type spares struct {
+	mu      sync.Mutex
+	ready   map[string][]*Group // by parent rel; guarded by mu
+	filling map[string]bool     // parents being refilled; guarded by mu
+	closed  bool                // guarded by mu
+	wg      sync.WaitGroup      // refills
+}
+
+// take returns a spare child of parent whose directories exist, or nil.
+func (s *spares) take(parent string) *Group {
+	for {
+		s.mu.Lock()
+		list := s.ready[parent]
+		if s.closed || len(list) == 0 {
+			s.mu.Unlock()
+			return nil
+		}
+		g := list[0]
+		s.ready[parent] = list[1:]
+		s.mu.Unlock()
+		if g.exists() {
+			return g
+		}
+		g.Remove() // what is left of it
+	}
+}
+
+// exists tells whether g's directory is there in every hierarchy.
+func (g *Group) exists() bool {
+	for _, d := range g.m.dirs(g.rel) {
+		if _, err := os.Lstat(d); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// refill makes spares under parent in the background, up to
+// sparesPerParent, unless a refill of it runs already.
+func (s *spares) refill(parent *Group) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.filling[parent.rel] || len(s.ready[parent.rel]) >= sparesPerParent {
+		return
+	}
+	if s.ready == nil {
+		s.ready = map[string][]*Group{}
+		s.filling = map[string]bool{}
+	}
+	s.filling[parent.rel] = true
+	s.wg.Go(func() {
+		for {
+			g, err := parent.newChild()
+			s.mu.Lock()
+			if err != nil || s.closed {
+				delete(s.filling, parent.rel)
+				s.mu.Unlock()
+				if g != nil {
+					g.Remove()
+				}
+				if err != nil && !errors.Is(err, os.ErrNotExist) {
+					parent.m.log.Debug("cannot make a spare cgroup", "parent", parent.rel, "err", err)
+				}
+				return
+			}
+			s.ready[parent.rel] = append(s.ready[parent.rel], g)
+			done := len(s.ready[parent.rel]) >= sparesPerParent
+			if done {
+				delete(s.filling, parent.rel)
+			}
+			s.mu.Unlock()
+			if done {
+				return
+			}
+		}
+	})
+}
+
+// close stops the refills, waits for them, and removes the spares.
+func (s *spares) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.mu.Lock()
+	var gs []*Group
+	for _, list := range s.ready {
+		gs = append(gs, list...)
+	}
+	s.ready = nil
+	s.mu.Unlock()
+	for _, g := range gs {
+		g.Remove()
+	}
+}
+
+// Spares counts the per-process cgroups made ahead and not handed out yet.
+// A hierarchy sweep (Freeze) visits them as it does any cgroup.
+func (m *Manager) Spares() int {
+	m.spares.mu.Lock()
+	defer m.spares.mu.Unlock()
+	n := 0
+	for _, list := range m.spares.ready {
+		n += len(list)
+	}
+	return n
+}
