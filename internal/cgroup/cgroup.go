@@ -7,9 +7,8 @@
 // respected): <own>/<Root>/{user,pty,jupyter}. Every process envd starts gets
 // a cgroup of its own under user (pipes) or pty (terminals), made ahead
 // (spare.go) and removed once it ended and emptied; the Jupyter server and
-// its kernels share jupyter. envd
-// itself stays in its own cgroup, outside the tree, so freezing the tree
-// never freezes envd.
+// its kernels share jupyter. envd itself stays in its own cgroup, outside
+// the tree, so freezing the tree never freezes envd.
 //
 // Joining before any user code runs. On v2 the child is cloned straight
 // into its cgroup (clone3 with CLONE_INTO_CGROUP, SysProcAttr.UseCgroupFD).
