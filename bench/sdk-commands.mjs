@@ -14,6 +14,7 @@
 //
 //   node bench/sdk-commands.mjs [runs] [rounds]      (ENVD_BIN to use a built binary)
 import { spawn, execFileSync } from 'node:child_process'
+import http from 'node:http'
 import { createRequire } from 'node:module'
 import { startEnvd, stopEnvd } from '../test/compat/harness.mjs'
 import { fmt, median, ms, p99 } from './stats.mjs'
@@ -43,6 +44,7 @@ function direct() {
   })
 }
 
+const keepAlive = new http.Agent({ keepAlive: true, maxSockets: 1 })
 const row = (key, envd, base, ratio) => console.log(['ROW', key, envd, base, fmt(ratio)].join('\t'))
 
 // timed runs f and resolves to its latency in ms.
@@ -70,6 +72,25 @@ try {
   console.log(`commands.run('true') via envd: median ${fmt(e)} ms over ${runs} runs`)
   console.log(`bash -l -c true spawned directly: median ${fmt(d)} ms over ${runs} runs`)
   console.log(`ratio envd/direct: ${fmt(e / d)}`)
+  // For information: the SDK's own cost of one call, the smallest RPC
+  // (commands.list(), nothing running), against the same Connect request
+  // sent with node:http: what the SDK and fetch add is in envd's figure
+  // above but not in the baseline's.
+  const viaList = []
+  const viaHTTP = []
+  const listRaw = () => new Promise((resolve, reject) => {
+    const req = http.request(`${process.env.E2B_SANDBOX_URL}/process.Process/List`, {
+      method: 'POST', agent: keepAlive,
+      headers: { 'Content-Type': 'application/json', Authorization: 'Basic ' + Buffer.from(`${user}:`).toString('base64') },
+    }, (res) => { res.resume(); res.on('end', resolve) })
+    req.on('error', reject)
+    req.end('{}')
+  })
+  for (let i = 0; i < Math.min(runs, 100); i++) {
+    viaList.push(await timed(() => sbx.commands.list()))
+    viaHTTP.push(await timed(listRaw))
+  }
+  console.log(`for information: commands.list() through the SDK median ${fmt(median(viaList))} ms; the same request with node:http ${fmt(median(viaHTTP))} ms`)
   row('cmd', `${fmt(e)} ms`, `${fmt(d)} ms`, e / d)
 
   // 100 at once: a warm-up round of each, then the rounds, interleaved.
@@ -90,5 +111,6 @@ try {
   console.log(`ratio of p99s envd/direct: ${fmt(e / d)}; of medians: ${fmt(median(cEnvd) / median(cSpawn))}`)
   row('cmd100', `p99 ${fmt(e)} ms`, `p99 ${fmt(d)} ms`, e / d)
 } finally {
+  keepAlive.destroy()
   await stopEnvd()
 }
