@@ -21,10 +21,10 @@ import (
 // flush after them): the two channels are not ordered, and the reply can
 // come a second before the last output. It ends early with
 // ErrKernelRestarted, ErrKernelDied, ErrConnectionLost, ErrServerRestarted
-// or ErrClosed if the kernel or the connection goes away, with ErrNoReply if the kernel finished the request
-// without replying, and with ErrKernelUnresponsive if it stopped answering
-// (see KernelOptions.ProbeAfter); outputs queued before that remain
-// readable.
+// or ErrClosed if the kernel or the connection goes away, with ErrNoReply
+// if the kernel finished the request without replying, and with
+// ErrKernelUnresponsive if it stopped answering (see
+// KernelOptions.ProbeAfter); outputs queued before that remain readable.
 //
 // The queue is bounded: output messages (stream, display_data, error...)
 // are queued up to KernelOptions.MaxQueuedBytes. Beyond that the kernel's

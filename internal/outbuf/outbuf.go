@@ -185,11 +185,12 @@ func (l *Log) Write(kind uint8, p []byte) {
 }
 
 // WriteOwned appends p as Write does, without copying it: the log takes p,
-// and the caller must not modify it afterwards. A drain that fills a buffer with a read hands the
-// buffer over and reads the next chunk into a new one: a copy fewer for
-// every byte of bulk output. p's spare capacity is held with it, so hand
-// over only buffers that are about full; one larger than the capacity is
-// cut to its last capacity bytes by a copy, as Write does.
+// and the caller must not modify it afterwards. A drain that fills a
+// buffer with a read hands the buffer over and reads the next chunk into
+// a new one: a copy fewer for every byte of bulk output. p's spare
+// capacity is held with it, so hand over only buffers that are about
+// full; one larger than the capacity is cut to its last capacity bytes by
+// a copy, as Write does.
 func (l *Log) WriteOwned(kind uint8, p []byte) {
 	if len(p) > l.capacity {
 		l.Write(kind, p)
