@@ -30,6 +30,7 @@ export BENCH_CODE_RUNS=${BENCH_CODE_RUNS:-$BENCH_RUNS}
 rows="$(
 	cat <<'EOF'
 cmd|commands.run('true') through the SDK, median|1.15
+cmd-floor|  the same through the SDK to a bare Go spawner (bench/spawnfloor)|-
 code|runCode('x=1') through the SDK vs a plain kernel, median|1.2
 code-same|  runCode('x=1') vs envd's own kernel over ZeroMQ (transport only)|-
 cmd100|100 concurrent commands.run('true'), p99|1.2
