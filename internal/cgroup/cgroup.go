@@ -377,8 +377,8 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.spares.close()
-	// A v1 start's thread may still be on its way back from its child's
-	// cgroup: it holds placing until it is.
+	// A v1 start's thread may be in its child's cgroup: it holds placing
+	// until it is back.
 	m.placing.Lock()
 	defer m.placing.Unlock()
 	return m.removeTree()

@@ -110,9 +110,8 @@ func startIn(t *testing.T, m *cgroup.Manager, name string, argv ...string) (*exe
 }
 
 // TestStartJoins: the child is in its cgroup from its first instruction (it
-// reads its own /proc/self/cgroup), and envd's threads are all back in
-// envd's own cgroups soon after (v1: the forking thread's way back is not
-// waited for).
+// reads its own /proc/self/cgroup), and envd's threads all stay in envd's
+// own cgroups.
 func TestStartJoins(t *testing.T) {
 	for _, v := range versions(t) {
 		t.Run(v.String(), func(t *testing.T) {
@@ -141,23 +140,20 @@ func TestStartJoins(t *testing.T) {
 			}) || pids[0] != cmd.Process.Pid {
 				t.Errorf("cgroup.procs %v, %v: want [%d]", pids, err, cmd.Process.Pid)
 			}
-			var after string
-			if !testutil.PollFor(testutil.Wait, func() bool {
-				after = threadCgroups(t)
-				return after == before
-			}) {
+			if after := threadCgroups(t); after != before {
 				t.Errorf("envd's threads moved:\nbefore %s\nafter  %s", before, after)
 			}
 		})
 	}
 }
 
-// TestStartNeverListsEnvd: a v1 start is answered while its thread may still
-// be in the child's cgroup, so that cgroup's members, read at once, would
-// include envd's own pid; Procs leaves it out (an oom_score_adj or a signal
-// meant for the process's members must never reach envd). Read right after
-// each of many starts. (Without the filter the test process kills itself:
-// startIn's cleanup signals every member.)
+// TestStartNeverListsEnvd: a v1 start is answered only once its thread is
+// back in envd's cgroups, so the child's cgroup, read at once, never lists
+// envd's pid (an oom_score_adj or a signal meant for the process's members
+// would reach envd; and a guest freezing its cgroup at once would freeze
+// envd's thread). Read right after each of many starts. (A start answered
+// earlier makes the test process kill itself: startIn's cleanup signals
+// every member.)
 func TestStartNeverListsEnvd(t *testing.T) {
 	for _, v := range versions(t) {
 		t.Run(v.String(), func(t *testing.T) {

@@ -18,32 +18,29 @@ import (
 // v2: cmd is cloned into g (clone3 with CLONE_INTO_CGROUP): start may run on
 // any goroutine, and g may be frozen (the child then waits for the thaw).
 //
-// v1: start runs on a goroutine of its own, locked to its OS thread, which
-// joins g (the tasks file, per thread), forks, and goes back to envd's own
-// cgroups; the child inherits g. Start returns once the child is forked: the
-// way back is not waited for (two writes, 0.05 to 0.1 ms), and the thread is
-// given back to Go only once it is back. Meanwhile g's members list envd's
-// pid too: readPids leaves it out. If the thread cannot go back (never seen:
-// envd is root in its own cgroup), it ends with its goroutine. start must
-// not need the caller's thread (Pdeathsig ties a child to its forking
-// thread: that thread outlives the start only until it is back). While the
-// workload is frozen a v1 start answers ErrFrozen: the thread would freeze
-// with it.
+// v1: the calling goroutine's OS thread joins g (the tasks file, per
+// thread), forks, and goes back to envd's own cgroups, freezer first; the
+// child inherits g. Start locks the goroutine to its thread for that and
+// leaves the lock count as it found it, so a caller that holds its thread
+// (Pdeathsig) keeps it. If the thread cannot go back (never seen: envd is
+// root in its own cgroup), it stays locked to the goroutine, and the thread
+// ends with it. While the workload is frozen a v1 start answers ErrFrozen:
+// the thread would freeze with it.
+//
+// The way back is waited for, not left to a goroutine of its own: a guest
+// that freezes its process's cgroup the moment Start returns would freeze
+// envd's thread with it, and with the thread the placing lock (a hang of
+// every later start and freeze, seen in a test that does just that).
 func (g *Group) Start(cmd *exec.Cmd, start func() error) error {
+	// The next spare is made once this start is done: not at the same
+	// time, when its mkdir would wait on the same cgroup locks.
+	if g.parent != nil {
+		defer g.m.spares.refill(g.parent)
+	}
 	if g.m.v2 != nil {
-		err := g.startV2(cmd, start)
-		g.refillParent()
-		return err
+		return g.startV2(cmd, start)
 	}
 	return g.startV1(start)
-}
-
-// refillParent makes the next spare once a start is done: not at the same
-// time, when its mkdir would wait on the same cgroup locks.
-func (g *Group) refillParent() {
-	if g.parent != nil {
-		g.m.spares.refill(g.parent)
-	}
 }
 
 func (g *Group) startV2(cmd *exec.Cmd, start func() error) error {
@@ -69,21 +66,11 @@ func (g *Group) startV2(cmd *exec.Cmd, start func() error) error {
 var self = []byte("0")
 
 func (g *Group) startV1(start func() error) error {
-	forked := make(chan error, 1)
-	go g.forkFromV1(start, forked)
-	return <-forked
-}
-
-// forkFromV1 is startV1's goroutine: it sends start's result (or why start
-// did not run) to forked as soon as it has it, then takes its thread back
-// to envd's cgroups.
-func (g *Group) forkFromV1(start func() error, forked chan<- error) {
 	m := g.m
 	m.placing.RLock()
 	defer m.placing.RUnlock()
 	if m.frozen {
-		forked <- ErrFrozen
-		return
+		return ErrFrozen
 	}
 	runtime.LockOSThread()
 	hs := m.hiers()
@@ -99,28 +86,22 @@ func (g *Group) forkFromV1(start func() error, forked chan<- error) {
 	}
 	for i, h := range hs {
 		if err := writeFile(filepath.Join(dirs[i], "tasks"), self); err != nil {
-			forked <- fmt.Errorf("%w: cgroup %s: %w", ErrJoin, dirs[i], err)
 			if berr := back(); berr != nil {
 				m.log.Error("envd's thread is stuck in a workload cgroup: it ends with its goroutine", "err", berr)
-				return
+				return fmt.Errorf("%w: cgroup %s: %w", ErrJoin, dirs[i], err)
 			}
 			runtime.UnlockOSThread()
-			return
+			return fmt.Errorf("%w: cgroup %s: %w", ErrJoin, dirs[i], err)
 		}
 		moved = append(moved, h)
 	}
-	forked <- start()
-	// The caller was woken onto this P, and this goroutine would keep it
-	// through the writes below: a syscall gives its P up only when sysmon
-	// takes it back, after 20 us to 10 ms. The caller waited 0.13 ms here
-	// for its start to be answered; yielding first, 0.03 ms.
-	runtime.Gosched()
-	if err := back(); err != nil {
-		m.log.Error("envd's thread is stuck in a workload cgroup: it ends with its goroutine", "err", err)
-		return
+	err := start()
+	if berr := back(); berr != nil {
+		m.log.Error("envd's thread is stuck in a workload cgroup: it ends with its goroutine", "err", berr)
+		return err
 	}
 	runtime.UnlockOSThread()
-	g.refillParent()
+	return err
 }
 
 // writeFile writes b to an existing cgroup file in one write.
