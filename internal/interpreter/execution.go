@@ -383,11 +383,20 @@ func (x *Execution) run(ticket fifo.Ticket) {
 }
 
 // finishRun ends an execution the kernel completed.
+// removedWhileRunning is the error of code whose context was removed under
+// it.
+const removedWhileRunning = "The context was removed while the code was running"
+
 func (r *runner) finishRun() {
 	r.flushReplyErr()
 	switch {
 	case r.stopping:
 		r.finish(r.x.stopReason())
+	case r.errored && r.x.c.isRemoved():
+		// The kernel's shutdown ended the code (an interrupt, an aborted
+		// reply) before its channels went: the removal did, as when they
+		// go first (kernelFailed).
+		r.finish(EndContextRestarted, &ErrorValue{Name: errNameUnexpected, Value: removedWhileRunning})
 	case r.errored:
 		r.finish(EndError, nil)
 	default:
@@ -568,7 +577,7 @@ func (r *runner) kernelFailed(err error, restartsBefore int) {
 	case x.c.isRemoved():
 		// However its kernel went (deleted, its channels closed or cut),
 		// the context was removed under the code.
-		r.finish(EndContextRestarted, &ErrorValue{Name: errNameUnexpected, Value: "The context was removed while the code was running"})
+		r.finish(EndContextRestarted, &ErrorValue{Name: errNameUnexpected, Value: removedWhileRunning})
 	case errors.Is(err, jupyter.ErrKernelRestarted):
 		r.ks.lossReported = true
 		if x.c.restartCount() != restartsBefore {
