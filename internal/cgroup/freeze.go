@@ -315,10 +315,7 @@ func (g *Group) Procs() ([]int, error) {
 	return readPids(filepath.Join(g.m.freezerHier().own, g.m.root, g.rel, "cgroup.procs"))
 }
 
-// readPids reads a cgroup.procs file, leaving envd's own pid out: a v1
-// Start's thread is still on its way back from the child's cgroup when the
-// child's start is answered (startV1), and nothing done to a cgroup's
-// members (an oom_score_adj, a signal) is meant for envd.
+// readPids reads a cgroup.procs file.
 func readPids(p string) ([]int, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -330,9 +327,7 @@ func readPids(p string) ([]int, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
-		if n != os.Getpid() {
-			pids = append(pids, n)
-		}
+		pids = append(pids, n)
 	}
 	return pids, nil
 }
