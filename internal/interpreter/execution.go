@@ -382,11 +382,11 @@ func (x *Execution) run(ticket fifo.Ticket) {
 	}
 }
 
-// finishRun ends an execution the kernel completed.
 // removedWhileRunning is the error of code whose context was removed under
 // it.
 const removedWhileRunning = "The context was removed while the code was running"
 
+// finishRun ends an execution the kernel completed.
 func (r *runner) finishRun() {
 	r.flushReplyErr()
 	switch {
