@@ -546,7 +546,8 @@ func TestRInterruptAborts(t *testing.T) {
 // TestRemoveWhileRunning: removing a context ends its running and its
 // queued code with the removal, however the kernel's shutdown ends the
 // running code (its channels going first, or an interrupt's error reply
-// first: 5 runs in 80 beside two CPU burners, before finishRun knew).
+// first: at least 5 runs in 80 beside two CPU burners, before finishRun
+// knew).
 func TestRemoveWhileRunning(t *testing.T) {
 	t.Parallel()
 	ctx := testutil.Context(t, time.Minute)
