@@ -16,3 +16,9 @@ func Unclaimed() int {
 	defer mu.Unlock()
 	return len(unclaimed)
 }
+
+// PidfdReaps counts the children reaped through their pidfd.
+func PidfdReaps() uint64 { return pidfdReaps.Load() }
+
+// WaitPidfd is waitPidfd.
+func WaitPidfd(pidfd int) (*Exit, bool) { return waitPidfd(pidfd) }

@@ -15,6 +15,12 @@
 // child's (that child was forked after the pid was freed), so it is never
 // handed to it.
 //
+// Each child Start forks is also watched through a pidfd (pidfd.go): its
+// exit wakes the netpoller, and the pidfd's waiter reaps it at once, without
+// waiting for SIGCHLD to travel through os/signal to the reap loop (about
+// 0.1 ms of every command's end). Whichever of the two reaps a child first
+// hands its exit over; the other finds nothing.
+//
 // Until Enable is called (unit tests of other packages, say) Start waits for
 // each child with os.Process.Wait instead, and orphans are not reaped.
 package reaper
@@ -27,6 +33,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -107,6 +114,7 @@ var (
 )
 
 func enable(logger *slog.Logger) error {
+	loopLog.Store(logger)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("become child subreaper: %w", err)
 	}
@@ -140,12 +148,7 @@ func enable(logger *slog.Logger) error {
 func reapAll(logger *slog.Logger) {
 	reapMu.Lock() // held by Pause across a handover (handover.go)
 	defer reapMu.Unlock()
-	defer func() {
-		mu.Lock()
-		close(reaped)
-		reaped = make(chan struct{})
-		mu.Unlock()
-	}()
+	defer broadcastReaped()
 	for {
 		var ws syscall.WaitStatus
 		ru := new(syscall.Rusage)
@@ -158,6 +161,24 @@ func reapAll(logger *slog.Logger) {
 		}
 		deliver(logger, pid, Exit{Status: ws, Usage: ru})
 	}
+}
+
+// loopLog is the logger Enable was given.
+var loopLog atomic.Pointer[slog.Logger]
+
+func reapLog() *slog.Logger {
+	if l := loopLog.Load(); l != nil {
+		return l
+	}
+	return slog.Default()
+}
+
+// broadcastReaped wakes those waiting on Reaped.
+func broadcastReaped() {
+	mu.Lock()
+	close(reaped)
+	reaped = make(chan struct{})
+	mu.Unlock()
 }
 
 // deliver hands the exit of pid to its owner, keeps it for a Start in
@@ -217,6 +238,7 @@ func Start(cmd *exec.Cmd) (<-chan Exit, error) {
 		return ch, nil
 	}
 
+	pidfd := askPidfd(cmd)
 	err := startProcess(cmd) // without the lock: starts run in parallel
 
 	mu.Lock()
@@ -229,7 +251,14 @@ func Start(cmd *exec.Cmd) (<-chan Exit, error) {
 			ch <- u.exit // it exited before we registered it
 		} else {
 			waiters[pid] = ch
+			if *pidfd >= 0 {
+				go watchPidfd(pid, *pidfd)
+				*pidfd = -1
+			}
 		}
+	}
+	if *pidfd >= 0 {
+		syscall.Close(*pidfd)
 	}
 	forgetUnclaimedLocked()
 	if err != nil {
