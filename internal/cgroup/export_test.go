@@ -10,3 +10,7 @@ func SpareNames(m *Manager, parent string) []string {
 	}
 	return names
 }
+
+// Dir is cgroup rel's directory in m's first hierarchy (v2's, or v1's
+// freezer).
+func Dir(m *Manager, rel string) string { return m.dirs(rel)[0] }

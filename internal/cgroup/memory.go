@@ -58,13 +58,22 @@ func (g *Group) MemoryPeak() (uint64, error) {
 	if g.m.v2 != nil {
 		file = "memory.peak"
 	}
-	b, err := os.ReadFile(filepath.Join(d, file))
+	n, err := readUint(filepath.Join(d, file))
 	if err != nil {
 		return 0, fmt.Errorf("read memory peak: %w", err)
 	}
+	return n, nil
+}
+
+// readUint reads a file that holds one number.
+func readUint(p string) (uint64, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err
+	}
 	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("read memory peak: %s: %w", file, err)
+		return 0, fmt.Errorf("%s: %w", p, err)
 	}
 	return n, nil
 }

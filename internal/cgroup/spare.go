@@ -3,6 +3,7 @@ package cgroup
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"sync"
 )
 
@@ -14,14 +15,32 @@ import (
 // (both take the kernel's cgroup locks: at the same time, the start took
 // 0.2 ms longer).
 //
+// On cgroup v1, a per-process cgroup whose process ended is given back
+// (Release) and handed out again, rather than removed: its mkdir and rmdir
+// in each hierarchy, and the kernel's work behind a memory cgroup's birth
+// and death, are saved (0.07 to 0.16 ms of every command, measured A/B
+// through the SDK). A cgroup is given back only when it is empty, no
+// process in it was OOM-killed (its counter would carry over) and it holds
+// at most maxReusedMemory (page cache its processes left charged to it;
+// its memory peak is reset to what is left, so a later process's peak
+// includes at most that). v2 removes them: there a peak is reset only for
+// the file descriptor that wrote it.
+//
 // A spare is an empty cgroup like any per-process one: freezing its parent
 // freezes it, and Close removes it with the tree. One whose directory went
 // (removed from outside) is dropped when taken. A live upgrade leaves the
 // spares of the old image as empty cgroups in the tree, until Close.
 
-// sparesPerParent is how many cgroups are kept ready under each parent
+// sparesPerParent is how many cgroups are made ahead under each parent
 // (user, pty) that processes were started in.
 const sparesPerParent = 2
+
+// maxReady bounds the cgroups kept ready under each parent, made ahead and
+// given back: after a burst of starts, the rest are removed.
+const maxReady = 8
+
+// maxReusedMemory is the most memory a cgroup given back may hold.
+const maxReusedMemory = 4 << 20
 
 type spares struct {
 	mu      sync.Mutex
@@ -48,6 +67,51 @@ func (s *spares) take(parent string) *Group {
 		}
 		g.Remove() // what is left of it
 	}
+}
+
+// Release gives back g, a per-process cgroup (from NewChild) whose process
+// ended and was reaped: it is handed out again when it can be, else removed
+// (see above). g must not be used after.
+func (g *Group) Release() {
+	if g.parent == nil || g.m.v2 != nil || !g.reusable() || !g.m.spares.put(g) {
+		g.Remove()
+	}
+}
+
+// reusable tells whether v1 cgroup g can hold another process, and if so
+// resets its memory peak.
+func (g *Group) reusable() bool {
+	pids, err := readPids(filepath.Join(g.m.dirs(g.rel)[0], "cgroup.procs"))
+	if err != nil || len(pids) > 0 {
+		return false // gone, or orphans still in it
+	}
+	d, err := g.memDir()
+	if err != nil {
+		return true // no memory hierarchy: nothing carries over
+	}
+	if n, err := readKey(filepath.Join(d, "memory.oom_control"), "oom_kill"); err != nil || n > 0 {
+		return false
+	}
+	if n, err := readUint(filepath.Join(d, "memory.usage_in_bytes")); err != nil || n > maxReusedMemory {
+		return false
+	}
+	return writeFile(filepath.Join(d, "memory.max_usage_in_bytes"), []byte("0")) == nil
+}
+
+// put keeps g ready under its parent, unless enough are.
+func (s *spares) put(g *Group) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	parent := g.parent.rel
+	if s.closed || len(s.ready[parent]) >= maxReady {
+		return false
+	}
+	if s.ready == nil {
+		s.ready = map[string][]*Group{}
+		s.filling = map[string]bool{}
+	}
+	s.ready[parent] = append(s.ready[parent], &Group{m: g.m, rel: g.rel})
+	return true
 }
 
 // exists tells whether g's directory is there in every hierarchy.

@@ -359,7 +359,8 @@ func (p *Process) spawn(cmd *exec.Cmd, childEnds []*os.File, o StartOptions) (<-
 // was set can have copied the old value and still be on its way into the
 // cgroup: the members are looked at again a few times, over about 30 ms
 // (a loaded machine once left a shell's child out). It runs on a goroutine
-// of its own, beside the start event, and ends within about 31 ms.
+// of its own, beside the start event, and ends within about 31 ms, or
+// once p's life ended: its cgroup may then be handed to another process.
 func (m *Manager) setOOMScore(p *Process) {
 	if err := cgroup.SetOOMScoreAdj(int(p.pid), m.opts.OOMScoreAdj); err != nil {
 		m.logger.Debug("cannot set a process's oom_score_adj", "pid", p.pid, "err", err)
@@ -370,8 +371,16 @@ func (m *Manager) setOOMScore(p *Process) {
 	}
 	set := map[int]bool{int(p.pid): true}
 	m.setNewMembers(p, set)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	<-t.C
 	for d := time.Millisecond; d <= 16*time.Millisecond; d *= 2 {
-		time.Sleep(d)
+		t.Reset(d)
+		select {
+		case <-t.C:
+		case <-p.done:
+			return
+		}
 		if !m.setNewMembers(p, set) {
 			return
 		}
