@@ -30,6 +30,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/envd-dev/envd/internal/mountinfo"
 )
 
@@ -119,6 +121,11 @@ type Manager struct {
 	linger   map[string]*Group // per-process cgroups left busy by orphans; guarded by lingerMu
 
 	spares spares // per-process cgroups made ahead (spare.go)
+
+	// ownTasks are the tasks files of envd's own cgroups, per hierarchy
+	// (v1), open for a start's way back (see Group.Start); -1 where one
+	// could not be opened (its path is written then).
+	ownTasks []int
 }
 
 // New finds the hierarchies, makes envd's tree and its workload cgroups.
@@ -181,6 +188,11 @@ func New(o Options) (*Manager, error) {
 			return nil, fmt.Errorf("%w: make envd's cgroups: %v", ErrUnavailable, err)
 		}
 	}
+	if m.v2 == nil {
+		for _, h := range m.hiers() {
+			m.ownTasks = append(m.ownTasks, openFile(filepath.Join(h.own, "tasks"), unix.O_WRONLY))
+		}
+	}
 	return m, nil
 }
 
@@ -218,6 +230,10 @@ type Group struct {
 	// parent is set on a per-process cgroup NewChild gave: its Start
 	// refills the parent's spares.
 	parent *Group
+	// files a cgroup made ahead (spare.go) has open for its process: a
+	// start then writes, and its end reads, without a path lookup (one
+	// open and close fewer for each, 0.08 ms in all on v1).
+	files
 }
 
 // Group returns the workload cgroup name (User, PTY or Jupyter).
@@ -333,6 +349,7 @@ func (g *Group) Path() string { return g.rel }
 // processes (orphans of g's process) cannot go: it is kept, still frozen
 // with the workload, and removed later once empty.
 func (g *Group) Remove() error {
+	g.closeFiles()
 	var errs []error
 	ds := g.m.dirs(g.rel)
 	for i := len(ds) - 1; i >= 0; i-- {
@@ -381,6 +398,10 @@ func (m *Manager) Close() error {
 	// until it is back.
 	m.placing.Lock()
 	defer m.placing.Unlock()
+	for _, fd := range m.ownTasks {
+		closeFD(fd)
+	}
+	m.ownTasks = nil
 	return m.removeTree()
 }
 

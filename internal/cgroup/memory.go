@@ -54,11 +54,11 @@ func (g *Group) MemoryPeak() (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	file := "memory.max_usage_in_bytes"
-	if g.m.v2 != nil {
-		file = "memory.peak"
+	fd := -1
+	if g.peakOpen {
+		fd = g.peak
 	}
-	n, err := readUint(filepath.Join(d, file))
+	n, err := readUintFD(fd, filepath.Join(d, peakFile(g.m)))
 	if err != nil {
 		return 0, fmt.Errorf("read memory peak: %w", err)
 	}
@@ -76,6 +76,14 @@ func readUint(p string) (uint64, error) {
 		return 0, fmt.Errorf("%s: %w", p, err)
 	}
 	return n, nil
+}
+
+// peakFile names the memory peak file.
+func peakFile(m *Manager) string {
+	if m.v2 != nil {
+		return "memory.peak"
+	}
+	return "memory.max_usage_in_bytes"
 }
 
 // SetMemoryLimit limits g's memory, in bytes (v2 memory.max, v1

@@ -76,8 +76,15 @@ func TestReleaseReuses(t *testing.T) {
 				t.Fatalf("%s not kept after Release: ready %v", path, cgroup.SpareNames(m, cgroup.User))
 			}
 			g = takeUntil(t, m, path)
-			if code := runIn(t, g, "/bin/sh", "-c", "exit 0"); code != 0 {
-				t.Fatalf("the second process: exit %d", code)
+			// Born in it, in each hierarchy (a cgroup handed out again
+			// has its tasks files open: the start writes those).
+			in := `grep -q "freezer:.*/` + path + `$" /proc/self/cgroup`
+			if perr == nil {
+				in += ` && grep -q "memory:.*/` + path + `$" /proc/self/cgroup`
+			}
+			if code := runIn(t, g, "/bin/sh", "-c", in); code != 0 {
+				b, _ := os.ReadFile("/proc/self/cgroup")
+				t.Fatalf("the second process was not in %s (exit %d); the test's own:\n%s", path, code, b)
 			}
 			if perr == nil {
 				if peak, err := g.MemoryPeak(); err != nil || peak >= 48<<20 {

@@ -98,20 +98,27 @@ func (g *Group) reusable() bool {
 	return writeFile(filepath.Join(d, "memory.max_usage_in_bytes"), []byte("0")) == nil
 }
 
-// put keeps g ready under its parent, unless enough are.
+// put keeps g ready under its parent, unless enough are. Its files are
+// opened again for the next process, outside the lock.
 func (s *spares) put(g *Group) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	g.closeFiles()
+	again := &Group{m: g.m, rel: g.rel}
+	again.openFiles()
 	parent := g.parent.rel
-	if s.closed || len(s.ready[parent]) >= maxReady {
-		return false
+	s.mu.Lock()
+	ok := !s.closed && len(s.ready[parent]) < maxReady
+	if ok {
+		if s.ready == nil {
+			s.ready = map[string][]*Group{}
+			s.filling = map[string]bool{}
+		}
+		s.ready[parent] = append(s.ready[parent], again)
 	}
-	if s.ready == nil {
-		s.ready = map[string][]*Group{}
-		s.filling = map[string]bool{}
+	s.mu.Unlock()
+	if !ok {
+		again.closeFiles()
 	}
-	s.ready[parent] = append(s.ready[parent], &Group{m: g.m, rel: g.rel})
-	return true
+	return ok
 }
 
 // exists tells whether g's directory is there in every hierarchy.
@@ -140,6 +147,9 @@ func (s *spares) refill(parent *Group) {
 	s.wg.Go(func() {
 		for {
 			g, err := parent.newChild()
+			if err == nil {
+				g.openFiles()
+			}
 			s.mu.Lock()
 			if err != nil || s.closed {
 				delete(s.filling, parent.rel)

@@ -37,6 +37,7 @@ func (g *Group) Start(cmd *exec.Cmd, start func() error) error {
 	if g.parent != nil {
 		defer g.m.spares.refill(g.parent)
 	}
+	defer g.closeTasks()
 	if g.m.v2 != nil {
 		return g.startV2(cmd, start)
 	}
@@ -75,17 +76,17 @@ func (g *Group) startV1(start func() error) error {
 	runtime.LockOSThread()
 	hs := m.hiers()
 	dirs := m.dirs(g.rel)
-	var moved []*hier
+	var moved []int
 	back := func() error {
-		for _, h := range moved {
-			if err := writeFile(filepath.Join(h.own, "tasks"), self); err != nil {
-				return fmt.Errorf("move envd's thread back to %s: %w", h.own, err)
+		for _, i := range moved {
+			if err := writeFD(m.ownTask(i), filepath.Join(hs[i].own, "tasks"), self); err != nil {
+				return fmt.Errorf("move envd's thread back to %s: %w", hs[i].own, err)
 			}
 		}
 		return nil
 	}
-	for i, h := range hs {
-		if err := writeFile(filepath.Join(dirs[i], "tasks"), self); err != nil {
+	for i := range hs {
+		if err := writeFD(g.taskFile(i), filepath.Join(dirs[i], "tasks"), self); err != nil {
 			if berr := back(); berr != nil {
 				m.log.Error("envd's thread is stuck in a workload cgroup: it ends with its goroutine", "err", berr)
 				return fmt.Errorf("%w: cgroup %s: %w", ErrJoin, dirs[i], err)
@@ -93,7 +94,7 @@ func (g *Group) startV1(start func() error) error {
 			runtime.UnlockOSThread()
 			return fmt.Errorf("%w: cgroup %s: %w", ErrJoin, dirs[i], err)
 		}
-		moved = append(moved, h)
+		moved = append(moved, i)
 	}
 	err := start()
 	if berr := back(); berr != nil {
@@ -102,6 +103,15 @@ func (g *Group) startV1(start func() error) error {
 	}
 	runtime.UnlockOSThread()
 	return err
+}
+
+// ownTask is the tasks file of envd's own cgroup in hierarchy i, open, or
+// -1.
+func (m *Manager) ownTask(i int) int {
+	if i < len(m.ownTasks) {
+		return m.ownTasks[i]
+	}
+	return -1
 }
 
 // writeFile writes b to an existing cgroup file in one write.
