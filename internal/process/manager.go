@@ -304,7 +304,7 @@ func (p *Process) attachStdio(cmd *exec.Cmd, o StartOptions) (childEnds []*os.Fi
 	p.outputs = []*os.File{outR, errR}
 	childEnds = []*os.File{outW, errW}
 	if o.Stdin {
-		inR, inW, err := os.Pipe()
+		inW, inR, err := childPipe(true)
 		if err != nil {
 			closeAll(append(p.outputs, childEnds...)...)
 			return nil, spawnError(err, "create stdin pipe")
@@ -540,7 +540,7 @@ func openPTY(s Size) (master, tty *os.File, err error) {
 // syscalls and fewer, bigger messages for the readers. Growing it is best
 // effort; the default 64 KiB works, only slower.
 func outputPipe() (r, w *os.File, err error) {
-	r, w, err = os.Pipe()
+	r, w, err = childPipe(false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -550,6 +550,28 @@ func outputPipe() (r, w *os.File, err error) {
 		})
 	}
 	return r, w, nil
+}
+
+// childPipe is a pipe between envd and a child that reads from it
+// (childReads) or writes to it. envd's end is nonblocking, in Go's poller;
+// the child's end stays blocking and out of the poller. os.Pipe puts both
+// in, and exec then takes the child's out again: five syscalls more for
+// each pipe of each start.
+func childPipe(childReads bool) (ours, theirs *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, os.NewSyscallError("pipe2", err)
+	}
+	o, t := p[0], p[1]
+	if childReads {
+		o, t = p[1], p[0]
+	}
+	if err := unix.SetNonblock(o, true); err != nil {
+		unix.Close(o)
+		unix.Close(t)
+		return nil, nil, os.NewSyscallError("fcntl", err)
+	}
+	return os.NewFile(uintptr(o), "|envd"), os.NewFile(uintptr(t), "|child"), nil
 }
 
 // retire moves an ended process from live to exited, where Connect still
