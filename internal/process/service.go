@@ -193,7 +193,7 @@ func (s *Service) streamEvents(ctx context.Context, p *Process, keepalive time.D
 		},
 		Pump: func() (bool, error) {
 			if eof {
-				return false, sendEnd(p, typed, send)
+				return false, sendEnd(ctx, p, typed, send)
 			}
 			recs, err := rd.Read()
 			if lost, ok := errors.AsType[*outbuf.LostError](err); ok {
@@ -201,7 +201,7 @@ func (s *Service) streamEvents(ctx context.Context, p *Process, keepalive time.D
 			}
 			if err != nil { // io.EOF
 				eof = true
-				return false, sendEnd(p, typed, send)
+				return false, sendEnd(ctx, p, typed, send)
 			}
 			recs, scratch = coalesce(recs, scratch)
 			for _, r := range recs {
@@ -287,11 +287,12 @@ func typedEnds(h http.Header) bool {
 
 // sendEnd sends the process's end once it is published, and returns
 // streamloop.Done; before, it returns nil (the loop waits for p.Done).
-func sendEnd(p *Process, typed bool, send func(*pb.ProcessEvent) error) error {
+func sendEnd(ctx context.Context, p *Process, typed bool, send func(*pb.ProcessEvent) error) error {
 	ex, ok := p.Exit()
 	if !ok {
 		return nil
 	}
+	server.LastSend(ctx)
 	end := &pb.ProcessEvent_EndEvent{ExitCode: int32(ex.Code), Exited: ex.Exited, Status: ex.Status}
 	if ex.Code != 0 || !ex.Exited {
 		end.Error = &ex.Status

@@ -214,6 +214,8 @@ type statusWriter struct {
 	http.ResponseWriter
 	status  int
 	errBody []byte // the start of an error answer's body (status >= 400), for the log
+	// last is set by LastSend: flushes are left to the end of the answer.
+	last bool
 }
 
 // errBodyMax bounds what of an error answer is kept for the log.
@@ -251,12 +253,28 @@ func (s *statusWriter) reason() string {
 }
 
 func (s *statusWriter) Flush() {
+	if s.last {
+		return
+	}
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
 }
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+type statusWriterKey struct{}
+
+// LastSend tells the server that the handler of ctx's request is about to
+// send its last message and return: the message, the end of the stream
+// (Connect's end message, the chunked body's end) then leave in one write,
+// not three (a stream's reader wakes once, not three times). Called from
+// the goroutine that writes the answer.
+func LastSend(ctx context.Context) {
+	if sw, ok := ctx.Value(statusWriterKey{}).(*statusWriter); ok {
+		sw.last = true
+	}
+}
 
 // logRequests logs each request once it ends: method, path (never the query,
 // which may hold a signature), status and duration; an error answer at info
@@ -266,7 +284,7 @@ func logRequests(next http.Handler, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r)
+		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), statusWriterKey{}, sw)))
 		attrs := []any{"method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start), "remote", r.RemoteAddr}
 		level := slog.LevelDebug
 		switch {

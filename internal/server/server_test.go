@@ -139,6 +139,21 @@ func routes(d *defaults.Defaults, logger *slog.Logger, blocked chan<- struct{}) 
 		{Pattern: "GET /abort", Public: true, Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 			panic(http.ErrAbortHandler)
 		})},
+		{Pattern: "POST /last", Public: true, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rc := http.NewResponseController(w)
+			rc.EnableFullDuplex()
+			io.WriteString(w, "first")
+			rc.Flush()
+			var b [1]byte
+			if _, err := io.ReadFull(r.Body, b[:]); err != nil {
+				return
+			}
+			server.LastSend(r.Context())
+			io.WriteString(w, "second")
+			rc.Flush()
+			io.WriteString(w, "third")
+			rc.Flush()
+		})},
 		{Pattern: "GET /block", Public: true, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusOK)
 			http.NewResponseController(w).Flush()
@@ -922,5 +937,48 @@ func TestErrorsAreLogged(t *testing.T) {
 		if !strings.Contains(logs, want) {
 			t.Errorf("log lacks %s:\n%s", want, logs)
 		}
+	}
+}
+
+// TestLastSend: after LastSend, what a handler writes and the end of the
+// answer reach the client in one write, flushes or not; before it, each
+// flush sends what was written.
+func TestLastSend(t *testing.T) {
+	t.Parallel()
+	ts, _ := newTestServer(t, serverOptions{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(testTimeout))
+	if _, err := io.WriteString(conn, "POST /last HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, len("first"))
+	if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != "first" {
+		t.Fatalf("the flushed part: %q, %v", first, err)
+	}
+	if br.Buffered() > 0 {
+		rest, _ := br.Peek(br.Buffered())
+		t.Fatalf("more than the flushed part came: %q", rest)
+	}
+	if _, err := conn.Write([]byte("x")); err != nil { // the handler goes on
+		t.Fatal(err)
+	}
+	// One read gets the rest, chunks and the end of the body together.
+	buf := make([]byte, 64<<10)
+	n, err := br.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "6\r\nsecond\r\n5\r\nthird\r\n0\r\n\r\n"
+	if got := string(buf[:n]); got != want && got != "b\r\nsecondthird\r\n0\r\n\r\n" {
+		t.Errorf("after LastSend one read got %q, want the rest of the answer at once (%q)", got, want)
 	}
 }
