@@ -254,6 +254,9 @@ func (s *Service) follow(ctx context.Context, x *interpreter.Execution, rd *inte
 							"and it was not read in time; the rest of the execution can still be followed from seq %d",
 						x.ID, ev.Seq-next, next, ev.Seq-1, ev.Seq))
 				}
+				if ev.Kind == interpreter.EventEnd {
+					server.LastSend(ctx) // the end and the stream's end in one write
+				}
 				if err := send(toProto(x, ev)); err != nil {
 					return false, err
 				}

@@ -224,6 +224,10 @@ func (h *API) stream(w http.ResponseWriter, r *http.Request, x *interpreter.Exec
 					break
 				}
 			}
+			if ended {
+				// The end and the end of the body in one write.
+				server.LastSend(r.Context())
+			}
 			if err := write(w, rc, buf); err != nil {
 				return false, err
 			}
