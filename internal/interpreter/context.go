@@ -104,6 +104,8 @@ func (e *Engine) kernelOptions(kernel string) jupyter.KernelOptions {
 	if kernel == "deno" {
 		o.FlushAfterIdle = e.opts.DenoFlush
 	}
+	// ipykernel's executions skip the server (jupyter.KernelOptions.Direct).
+	o.Direct = kernel == "python3"
 	return o
 }
 

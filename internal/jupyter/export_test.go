@@ -18,3 +18,14 @@ func RuntimeDirForTest(s *Supervisor) string { return s.runtimeDir }
 
 // ServerHooksForTest is the Python envd adds to the server's config.
 var ServerHooksForTest = serverHooksPy
+
+// DirectForTest tells whether k's direct path is up, and how many requests
+// went on it.
+func DirectForTest(k *Kernel) (up bool, sent uint64) {
+	if k.dp == nil {
+		return false, 0
+	}
+	k.dp.mu.Lock()
+	defer k.dp.mu.Unlock()
+	return k.dp.shell != nil, k.dp.sent.Load()
+}

@@ -199,7 +199,7 @@ func (s *Supervisor) adoptRun(a *Adoption) (*serverRun, *Client, error) {
 		defer close(run.outDone)
 		_, _ = io.Copy(run.out, run.outR)
 	}()
-	client, err := NewClient(a.URL, a.Token, ClientOptions{Logger: s.log, DisableQuickAck: s.opts.DisableLatencyFixes})
+	client, err := NewClient(a.URL, a.Token, s.clientOptions())
 	if err == nil {
 		err = s.waitHealthy(client, run)
 		if err != nil {

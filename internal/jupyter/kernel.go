@@ -59,6 +59,11 @@ type KernelOptions struct {
 	// ReplyGrace is how long an execution whose iopub went idle waits for
 	// its execute_reply before it ends with ErrNoReply. Zero: 5 s.
 	ReplyGrace time.Duration
+	// Direct sends executions to the kernel's own sockets, not through the
+	// server (direct.go), when the client knows the server's connection
+	// files (ClientOptions.ConnectionDir). For ipykernel: a kernel that
+	// asks for stdin without allow_stdin would wait for ever there.
+	Direct bool
 	// Clock drives every wait above. Zero: the real clock.
 	Clock quartz.Clock
 	// Logger receives debug logs. Zero: the client's logger.
@@ -99,6 +104,8 @@ type Kernel struct {
 	mu         sync.Mutex
 	conn       *websocket.Conn    // guarded by mu; nil while disconnected
 	pending    map[string]request // by msg_id; guarded by mu
+	directIDs  map[string]bool    // the pending sent on the direct path; guarded by mu
+	dp         *direct            // the direct path; nil without one
 	readerDone chan struct{}      // closed when conn's reader exits; guarded by mu
 	needNudge  bool               // guarded by mu
 	restarts   int                // guarded by mu
@@ -144,17 +151,18 @@ func (c *Client) Connect(ctx context.Context, kernelID string, opts KernelOption
 	}
 	kctx, cancel := context.WithCancel(context.Background())
 	k := &Kernel{
-		id:      kernelID,
-		client:  c,
-		session: newID(),
-		opts:    opts,
-		log:     log.With("kernel_id", kernelID),
-		clock:   opts.Clock,
-		ctx:     kctx,
-		cancel:  cancel,
-		connSem: make(chan struct{}, 1),
-		pending: make(map[string]request),
-		changed: make(chan struct{}),
+		id:        kernelID,
+		client:    c,
+		session:   newID(),
+		opts:      opts,
+		log:       log.With("kernel_id", kernelID),
+		clock:     opts.Clock,
+		ctx:       kctx,
+		cancel:    cancel,
+		connSem:   make(chan struct{}, 1),
+		pending:   make(map[string]request),
+		directIDs: make(map[string]bool),
+		changed:   make(chan struct{}),
 	}
 	conn, err := k.dial(ctx)
 	if err != nil {
@@ -165,6 +173,7 @@ func (c *Client) Connect(ctx context.Context, kernelID string, opts KernelOption
 	k.conn = conn
 	k.mu.Unlock()
 	k.startReader(conn)
+	k.startDirect()
 	c.conns.add(k)
 	return k, nil
 }
@@ -238,8 +247,10 @@ func (k *Kernel) Execute(ctx context.Context, code string, opts ExecuteOptions) 
 	}
 	e := newExecution(k, msg.Header.MsgID, k.opts.FlushAfterIdle)
 	e.lastMsg = k.clock.Now()
-	if err := k.send(ctx, msg, e); err != nil {
-		return nil, err
+	if opts.AllowStdin || !k.dp.send(msg, e) {
+		if err := k.send(ctx, msg, e); err != nil {
+			return nil, err
+		}
 	}
 	// Created here rather than in watch, so that a test's clock knows of
 	// it when Execute returns.
@@ -682,6 +693,9 @@ func (k *Kernel) dispatch(conn *websocket.Conn, m *Message) {
 	}
 	k.mu.Lock()
 	r := k.pending[m.ParentHeader.MsgID]
+	if k.directIDs[m.ParentHeader.MsgID] {
+		r = nil // the server's copy of what the direct path delivers
+	}
 	k.mu.Unlock()
 	if r != nil {
 		r.deliver(m)
@@ -706,6 +720,7 @@ func (k *Kernel) restarted() {
 	pend := k.takePendingLocked()
 	k.changedLocked()
 	k.mu.Unlock()
+	k.dp.reset()
 	for _, r := range pend {
 		r.fail(ErrKernelRestarted)
 	}
@@ -758,12 +773,14 @@ func (k *Kernel) takePendingLocked() []request {
 		pend = append(pend, r)
 		delete(k.pending, id)
 	}
+	clear(k.directIDs)
 	return pend
 }
 
 func (k *Kernel) remove(id string) {
 	k.mu.Lock()
 	delete(k.pending, id)
+	delete(k.directIDs, id)
 	k.mu.Unlock()
 }
 

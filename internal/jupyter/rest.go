@@ -23,6 +23,10 @@ type ClientOptions struct {
 	// DisableQuickAck turns off the TCP_QUICKACK read wrapper on the
 	// client's connections. Zero: enabled. Only useful to measure it.
 	DisableQuickAck bool
+	// ConnectionDir is where the server writes its kernels' connection
+	// files: kernels connected with KernelOptions.Direct then take the
+	// direct path (direct.go). Zero: none.
+	ConnectionDir string
 }
 
 // Client talks to one Jupyter server: its REST API, and kernel channels
@@ -39,8 +43,9 @@ type Client struct {
 	log       *slog.Logger
 	// stale reports why this client's server is gone, or nil while it is
 	// alive. nil func: never stale (a client made with NewClient).
-	stale func() error
-	conns kernelConns // open kernel connections (kernel.go)
+	stale   func() error
+	conns   kernelConns // open kernel connections (kernel.go)
+	connDir string      // ClientOptions.ConnectionDir
 	// starting is held shared by kernel starts and exclusively by listing:
 	// jupyter_server 1.x puts a new kernel in its map before giving it a
 	// last_activity, and GET /api/kernels answers 500 (AttributeError) for
@@ -80,6 +85,7 @@ func NewClient(baseURL, token string, opts ClientOptions) (*Client, error) {
 		transport: tr,
 		http:      &http.Client{Transport: tr},
 		log:       log,
+		connDir:   opts.ConnectionDir,
 	}, nil
 }
 

@@ -252,6 +252,17 @@ func (s *Supervisor) Start(ctx context.Context) error {
 	}
 }
 
+// clientOptions are the options of a client of the server envd runs.
+func (s *Supervisor) clientOptions() ClientOptions {
+	o := ClientOptions{Logger: s.log, DisableQuickAck: s.opts.DisableLatencyFixes}
+	if !s.opts.DisableLatencyFixes {
+		s.mu.Lock()
+		o.ConnectionDir = s.connDir
+		s.mu.Unlock()
+	}
+	return o
+}
+
 // attach health-checks an existing server and publishes it as generation 1.
 func (s *Supervisor) attach(ctx context.Context) error {
 	c, err := NewClient(s.opts.URL, s.opts.Token, ClientOptions{Logger: s.log, DisableQuickAck: s.opts.DisableLatencyFixes})
@@ -505,7 +516,7 @@ func (s *Supervisor) runServer() error {
 		return err
 	}
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
-	client, err := NewClient(url, token, ClientOptions{Logger: s.log, DisableQuickAck: s.opts.DisableLatencyFixes})
+	client, err := NewClient(url, token, s.clientOptions())
 	if err != nil {
 		return err
 	}
