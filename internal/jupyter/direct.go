@@ -161,26 +161,27 @@ func (d *direct) connect() error {
 	if err != nil {
 		return err
 	}
-	defer shell.Close()
 	iopub, err := dialZMTP(ctx, net.JoinHostPort(ci.IP, strconv.Itoa(ci.IOPubPort)), "SUB")
 	if err != nil {
-		return err
-	}
-	defer iopub.Close()
-	if err := iopub.subscribe(); err != nil {
+		shell.Close()
 		return err
 	}
 	down := make(chan error, 2)
 	var readers sync.WaitGroup
+	defer func() { // closing the sockets ends their readers
+		shell.Close()
+		iopub.Close()
+		readers.Wait()
+	}()
+	if err := iopub.subscribe(); err != nil {
+		return err
+	}
 	for _, r := range []struct {
 		z  *zsock
 		ch string
 	}{{shell, ChannelShell}, {iopub, ChannelIOPub}} {
 		readers.Go(func() { down <- d.read(r.z, r.ch) })
 	}
-	defer readers.Wait()
-	defer iopub.Close()
-	defer shell.Close()
 	key := []byte(ci.Key)
 	if err := d.confirm(ctx, shell, key, down); err != nil {
 		return err
