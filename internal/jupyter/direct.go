@@ -39,6 +39,13 @@ import (
 // WebSocket's are, within the same bounds (readFrame): a big one is cut or
 // chunked, never held whole.
 //
+// A direct execution ends as the kernel reports it. If its code kills the
+// server, the kernel's reply can come before envd learns of the death (the
+// server's relay could not): the run then ends as the kernel said, the
+// kernel dies with the server moments later, and the first run after envd
+// learned of it is told the server restarted. No execution goes direct once
+// the server is known to be gone.
+//
 // When the path breaks (the kernel died or restarted: its sockets close),
 // its executions are left to the server's restarting or dead notice, which
 // ends them as before; one still waiting after directGrace ends with
@@ -264,8 +271,8 @@ func (d *direct) send(msg *Message, r request) bool {
 	d.mu.Lock()
 	shell, key := d.shell, d.key
 	d.mu.Unlock()
-	if shell == nil {
-		return false
+	if shell == nil || d.k.client.staleErr() != nil {
+		return false // the WebSocket's path says why the server is gone
 	}
 	k := d.k
 	id := msg.Header.MsgID
