@@ -181,13 +181,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		release()
 		return
 	}
-	s.wg.Go(func() {
+	go func() {
+		defer s.wg.Done() // added by track
 		defer release()
 		defer s.untrack(near, up)
 		began := time.Now()
 		in, out := relay.Both(near, up)
 		s.log.Debug("tunnel closed", "to", target.String(), "sent", in, "received", out, "duration", time.Since(began))
-	})
+	}()
 }
 
 // target is the address a request asks for, checked.
@@ -242,6 +243,11 @@ func (s *Server) user(r *http.Request) (*identity.User, error) {
 	return u, nil
 }
 
+// track registers a tunnel's connections for Close, and its relay in
+// s.wg (the caller calls Done when it ends), unless Close has begun. The
+// Add is made under mu, before Close can see closed and Wait: an Add that
+// raced Wait at a zero count would be a misuse of the WaitGroup (the race
+// detector caught it under load).
 func (s *Server) track(conns ...net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -254,6 +260,7 @@ func (s *Server) track(conns ...net.Conn) bool {
 	for _, c := range conns {
 		s.conns[c] = struct{}{}
 	}
+	s.wg.Add(1)
 	return true
 }
 
