@@ -213,52 +213,25 @@ func (d *direct) connect() error {
 	return err
 }
 
-// confirm sends kernel_info_request on the new path, again every
-// NudgeInterval, until one has its reply and an iopub message back.
+// confirm asks the kernel on the new path until it answers on both of its
+// sockets (see Kernel.askUntilAnswered), or the path breaks.
 func (d *direct) confirm(ctx context.Context, shell *zsock, key []byte, down <-chan error) error {
 	k := d.k
-	result := make(chan error, 1)
-	var ids []string
-	defer func() {
-		for _, id := range ids {
-			k.remove(id)
+	register := func(id string, w *replyWaiter) error {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if k.goneErr != nil {
+			return k.goneErr
 		}
-	}()
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case err := <-result:
-			if err == nil {
-				return nil
-			}
-			return fmt.Errorf("confirm the direct path: %w", err)
-		case err := <-down:
-			return err
-		case <-ctx.Done():
-			return fmt.Errorf("confirm the direct path: %w", ctx.Err())
-		case <-t.C:
-			msg, err := newMessage(ChannelShell, "kernel_info_request", k.session, struct{}{})
-			if err != nil {
-				return err
-			}
-			w := &replyWaiter{wantIOPub: true, result: result}
-			k.mu.Lock()
-			if k.goneErr != nil {
-				err := k.goneErr
-				k.mu.Unlock()
-				return err
-			}
-			k.pending[msg.Header.MsgID] = w
-			k.directIDs[msg.Header.MsgID] = true
-			k.mu.Unlock()
-			ids = append(ids, msg.Header.MsgID)
-			if err := shell.send(msg.zmqFrames(key)); err != nil {
-				return err
-			}
-			t.Reset(k.opts.NudgeInterval)
-		}
+		k.pending[id] = w
+		k.directIDs[id] = true
+		return nil
 	}
+	send := func(m *Message) error { return shell.send(m.zmqFrames(key)) }
+	if err := k.askUntilAnswered(ctx, down, nil, register, send); err != nil {
+		return fmt.Errorf("confirm the direct path: %w", err)
+	}
+	return nil
 }
 
 // send sends msg on the direct path and registers r under its id. It

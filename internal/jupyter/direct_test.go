@@ -132,42 +132,6 @@ func TestDirectRestartAndDeath(t *testing.T) {
 	}
 }
 
-// TestDirectInterrupt: a direct execution is interrupted through the
-// server as any other.
-func TestDirectInterrupt(t *testing.T) {
-	t.Parallel()
-	k := directKernel(t, jupyter.KernelOptions{})
-	mustOK(t, execute(t, k, "y = 7"))
-	ctx := testutil.Context(t, execTimeout)
-	_, before := jupyter.DirectForTest(k)
-	e, err := k.Execute(ctx, "print('running', flush=True)\nwhile True: pass", jupyter.ExecuteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, after := jupyter.DirectForTest(k); after == before {
-		t.Fatal("the execution did not go on the direct path")
-	}
-	for {
-		m, err := e.Next(ctx)
-		if err != nil {
-			t.Fatalf("execution ended before running: %v", err)
-		}
-		if m.Type() == "stream" {
-			break
-		}
-	}
-	if err := k.Interrupt(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r := collect(t, ctx, e)
-	if r.err != nil || len(r.errors) != 1 || r.errors[0].EName != "KeyboardInterrupt" {
-		t.Fatalf("interrupted execution: err=%v errors=%+v", r.err, r.errors)
-	}
-	if got := mustOK(t, execute(t, k, "y")).text(); got != "7\n" {
-		t.Errorf("y = %q after interrupt", got)
-	}
-}
-
 // TestDirectWithoutConnectionFiles: a client that does not know the
 // server's connection files has no direct path; Direct kernels then work
 // through the server.

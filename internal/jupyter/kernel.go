@@ -551,10 +551,33 @@ func (k *Kernel) usable() error {
 	return gone
 }
 
-// nudge sends kernel_info_request every NudgeInterval until one of them has
-// both its reply and an iopub message: proof that iopub is subscribed again
-// and the restarted kernel is up.
+// nudge sends kernel_info_request on conn until the kernel answers (see
+// askUntilAnswered): proof that iopub is subscribed again and the restarted
+// kernel is up. A restart while nudging just means the kernel is still
+// coming back; any other failure is final.
 func (k *Kernel) nudge(ctx context.Context, conn *websocket.Conn) error {
+	register := func(id string, w *replyWaiter) error {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if k.conn != conn {
+			return fmt.Errorf("nudge kernel: %w", ErrConnectionLost)
+		}
+		k.pending[id] = w
+		return nil
+	}
+	send := func(m *Message) error { return k.write(conn, m) }
+	restarting := func(err error) bool { return errors.Is(err, ErrKernelRestarted) }
+	return k.askUntilAnswered(ctx, nil, restarting, register, send)
+}
+
+// askUntilAnswered sends kernel_info_request every NudgeInterval until one
+// of them has both its reply and an iopub message back. register records
+// a request under its id in k.pending (or says why it cannot be sent);
+// send writes it. A failed request for which retry says so is outlived
+// (the next one is sent as planned); stop ends the wait with its error.
+// The requests are removed from k.pending when it returns.
+func (k *Kernel) askUntilAnswered(ctx context.Context, stop <-chan error, retry func(error) bool,
+	register func(id string, w *replyWaiter) error, send func(*Message) error) error {
 	result := make(chan error, 1)
 	var ids []string
 	defer func() {
@@ -567,14 +590,11 @@ func (k *Kernel) nudge(ctx context.Context, conn *websocket.Conn) error {
 	for {
 		select {
 		case err := <-result:
-			if err == nil {
-				return nil
-			}
-			// A restart while nudging just means the kernel is still
-			// coming back; anything else is final.
-			if !errors.Is(err, ErrKernelRestarted) {
+			if err == nil || retry == nil || !retry(err) {
 				return err
 			}
+		case err := <-stop:
+			return err
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
@@ -582,16 +602,11 @@ func (k *Kernel) nudge(ctx context.Context, conn *websocket.Conn) error {
 			if err != nil {
 				return err
 			}
-			w := &replyWaiter{wantIOPub: true, result: result}
-			k.mu.Lock()
-			if k.conn != conn {
-				k.mu.Unlock()
-				return fmt.Errorf("nudge kernel: %w", ErrConnectionLost)
+			if err := register(msg.Header.MsgID, &replyWaiter{wantIOPub: true, result: result}); err != nil {
+				return err
 			}
-			k.pending[msg.Header.MsgID] = w
-			k.mu.Unlock()
 			ids = append(ids, msg.Header.MsgID)
-			if err := k.write(conn, msg); err != nil {
+			if err := send(msg); err != nil {
 				return err
 			}
 			t.Reset(k.opts.NudgeInterval)

@@ -144,36 +144,52 @@ clear_output()
 	}
 }
 
+// TestInterrupt: an execution is interrupted through the server, sent
+// through it or on the direct path alike, and the kernel's state survives.
 func TestInterrupt(t *testing.T) {
 	t.Parallel()
-	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{})
-	mustOK(t, execute(t, k, "y = 7"))
+	for _, direct := range []bool{false, true} {
+		t.Run(map[bool]string{false: "websocket", true: "direct"}[direct], func(t *testing.T) {
+			t.Parallel()
+			var k *jupyter.Kernel
+			if direct {
+				k = directKernel(t, jupyter.KernelOptions{})
+			} else {
+				k, _ = startKernel(t, shared.client, "python3", jupyter.KernelOptions{})
+			}
+			mustOK(t, execute(t, k, "y = 7"))
 
-	ctx := testutil.Context(t, execTimeout)
-	e, err := k.Execute(ctx, "print('running', flush=True)\nwhile True: pass", jupyter.ExecuteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Interrupt once the user code runs (its first output has arrived).
-	for {
-		m, err := e.Next(ctx)
-		if err != nil {
-			t.Fatalf("execution ended before running: %v", err)
-		}
-		if m.Type() == "stream" {
-			break
-		}
-	}
-	if err := k.Interrupt(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r := collect(t, ctx, e)
-	if r.err != nil || len(r.errors) != 1 || r.errors[0].EName != "KeyboardInterrupt" {
-		t.Fatalf("interrupted execution: err=%v errors=%+v", r.err, r.errors)
-	}
-	// The next execution works and the state survived.
-	if got := mustOK(t, execute(t, k, "y")).text(); got != "7\n" {
-		t.Errorf("y = %q after interrupt", got)
+			ctx := testutil.Context(t, execTimeout)
+			_, before := jupyter.DirectForTest(k)
+			e, err := k.Execute(ctx, "print('running', flush=True)\nwhile True: pass", jupyter.ExecuteOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, after := jupyter.DirectForTest(k); (after > before) != direct {
+				t.Fatalf("sent on the direct path: %v, want %v", after > before, direct)
+			}
+			// Interrupt once the user code runs (its first output has arrived).
+			for {
+				m, err := e.Next(ctx)
+				if err != nil {
+					t.Fatalf("execution ended before running: %v", err)
+				}
+				if m.Type() == "stream" {
+					break
+				}
+			}
+			if err := k.Interrupt(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := collect(t, ctx, e)
+			if r.err != nil || len(r.errors) != 1 || r.errors[0].EName != "KeyboardInterrupt" {
+				t.Fatalf("interrupted execution: err=%v errors=%+v", r.err, r.errors)
+			}
+			// The next execution works and the state survived.
+			if got := mustOK(t, execute(t, k, "y")).text(); got != "7\n" {
+				t.Errorf("y = %q after interrupt", got)
+			}
+		})
 	}
 }
 

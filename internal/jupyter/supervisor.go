@@ -252,7 +252,8 @@ func (s *Supervisor) Start(ctx context.Context) error {
 	}
 }
 
-// clientOptions are the options of a client of the server envd runs.
+// clientOptions are the options of a client of the server: the connection
+// files are known only for a server envd runs (not one it attached to).
 func (s *Supervisor) clientOptions() ClientOptions {
 	o := ClientOptions{Logger: s.log, DisableQuickAck: s.opts.DisableLatencyFixes}
 	if !s.opts.DisableLatencyFixes {
@@ -265,7 +266,7 @@ func (s *Supervisor) clientOptions() ClientOptions {
 
 // attach health-checks an existing server and publishes it as generation 1.
 func (s *Supervisor) attach(ctx context.Context) error {
-	c, err := NewClient(s.opts.URL, s.opts.Token, ClientOptions{Logger: s.log, DisableQuickAck: s.opts.DisableLatencyFixes})
+	c, err := NewClient(s.opts.URL, s.opts.Token, s.clientOptions())
 	if err != nil {
 		return err
 	}
