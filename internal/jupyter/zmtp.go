@@ -181,7 +181,7 @@ func (z *zsock) next() (zframe, error) {
 			return zframe{}, err
 		}
 		if flags&zmtpCommand != 0 {
-			if _, err := z.br.Discard(int(min(size, 1<<30))); err != nil {
+			if _, err := io.CopyN(io.Discard, z.br, int64(min(size, 1<<62))); err != nil {
 				return zframe{}, err
 			}
 			continue
