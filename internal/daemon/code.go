@@ -138,6 +138,9 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults, place fu
 	if runAs != nil {
 		sopts.RunAs = &jupyter.User{UID: runAs.UID, GID: runAs.GID, Groups: runAs.Groups, Home: runAs.Home, Name: runAs.Name}
 	}
+	// The default Python context's kernel starts beside the server (the
+	// engine exists by the time the server is spawned).
+	sopts.EarlyKernel = func() (string, string) { return c.eng.EarlyKernel() }
 	c.sup = jupyter.New(sopts)
 	warm := cfg.WarmKernels
 	if warm == nil {

@@ -206,6 +206,23 @@ func (e *Engine) Start() {
 	e.reattachLocked()
 }
 
+// EarlyKernel names the kernel the Jupyter server may launch before it
+// is up (jupyter.Options.EarlyKernel): the default Python context's, until
+// that context exists; then none.
+func (e *Engine) EarlyKernel() (name, dir string) {
+	e.mu.Lock()
+	made := e.defaults[Python] != nil
+	e.mu.Unlock()
+	if made {
+		return "", ""
+	}
+	dir, err := e.defaultDir(Python)
+	if err != nil {
+		return "", ""
+	}
+	return builtinNamed(Python).kernel, dir
+}
+
 // Ready is closed once the default Python context has been created.
 func (e *Engine) Ready() <-chan struct{} { return e.ready }
 

@@ -1,5 +1,7 @@
 package jupyter
 
+import "time"
+
 // DropConnectionForTest closes k's WebSocket abruptly, as a network failure
 // would, and waits until the reader has noticed.
 func DropConnectionForTest(k *Kernel) {
@@ -28,4 +30,12 @@ func DirectForTest(k *Kernel) (up bool, sent uint64) {
 	k.dp.mu.Lock()
 	defer k.dp.mu.Unlock()
 	return k.dp.shell != nil, k.dp.sent.Load()
+}
+
+// SetEarlyDiscardForTest changes how long an early kernel waits to be asked
+// for, for servers spawned until restore is called. Not for parallel tests.
+func SetEarlyDiscardForTest(d time.Duration) (restore func()) {
+	old := earlyDiscard
+	earlyDiscard = d
+	return func() { earlyDiscard = old }
 }

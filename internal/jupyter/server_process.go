@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/internal/reaper"
+	"golang.org/x/sys/unix"
 )
 
 // serverConfigPy turns TCP_NODELAY on for kernel WebSockets (~44 ms -> ~5 ms
@@ -31,6 +32,27 @@ var serverConfigPy []byte
 //
 //go:embed server_hooks.py
 var serverHooksPy []byte
+
+// earlyBootPy runs the server (in place of python3 -m jupyter_server),
+// first launching the kernel envd will ask for first, so that the two
+// start side by side; earlyKernelPy, in the server's config, hands that
+// kernel over when it is asked for. Written to our JUPYTER_CONFIG_DIR.
+//
+//go:embed early_boot.py
+var earlyBootPy []byte
+
+//go:embed early_kernel.py
+var earlyKernelPy []byte
+
+// Names of the early kernel's files in the config directory.
+const (
+	earlyBootFile    = "envd_jupyter_server.py"
+	earlyRequestFile = "envd_early_kernel.json"
+)
+
+// earlyDiscard is how long an early kernel waits to be asked for before
+// the server discards it. A variable for tests.
+var earlyDiscard = 60 * time.Second
 
 // parentKey names the environment variable holding envd's pid: the
 // server's parent, which serverHooksPy watches (an upgrade keeps the pid).
@@ -56,6 +78,11 @@ type serverRun struct {
 // spawn starts the server process.
 func (s *Supervisor) spawn(port int) (*serverRun, error) {
 	argv := append([]string{}, s.opts.Command...)
+	if n := len(argv); n >= 3 && argv[n-2] == "-m" && argv[n-1] == "jupyter_server" {
+		// The same server, run through the boot file that launches the
+		// early kernel first (a no-op without its request).
+		argv = append(argv[:n-2], filepath.Join(s.runtimeDir, "config", earlyBootFile))
+	}
 	argv = append(argv,
 		"--ServerApp.ip=127.0.0.1",
 		"--ServerApp.port="+strconv.Itoa(port),
@@ -185,7 +212,14 @@ func (s *Supervisor) writeConfig(token string) error {
 	if !s.opts.DisableLatencyFixes {
 		py = append(py, serverConfigPy...)
 	}
+	py = append(py, earlyKernelPy...)
 	if err := writeFileAt(cfg, "jupyter_server_config.py", py, 0o644, -1); err != nil {
+		return err
+	}
+	if err := writeFileAt(cfg, earlyBootFile, earlyBootPy, 0o644, -1); err != nil {
+		return err
+	}
+	if err := s.writeEarlyRequest(); err != nil {
 		return err
 	}
 	js, err := json.Marshal(map[string]any{"ServerApp": map[string]any{
@@ -206,6 +240,26 @@ func (s *Supervisor) writeConfig(token string) error {
 		mode, gid = 0o640, int(u.GID)
 	}
 	return writeFileAt(cfg, "jupyter_server_config.json", js, mode, gid)
+}
+
+// writeEarlyRequest asks the next server run for an early kernel, if
+// EarlyKernel names one, or takes back an earlier run's request.
+func (s *Supervisor) writeEarlyRequest() error {
+	var name, dir string
+	if s.opts.EarlyKernel != nil {
+		name, dir = s.opts.EarlyKernel()
+	}
+	if name == "" || !filepath.IsAbs(dir) {
+		if err := unix.Unlinkat(int(s.dirs.config.Fd()), earlyRequestFile, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("jupyter: remove %s: %w", earlyRequestFile, err)
+		}
+		return nil
+	}
+	js, err := json.Marshal(map[string]any{"name": name, "cwd": filepath.Clean(dir), "discard_after": earlyDiscard.Seconds()})
+	if err != nil {
+		return err
+	}
+	return writeFileAt(s.dirs.config, earlyRequestFile, js, 0o644, -1)
 }
 
 // stopRun stops a server process and everything it started. graceful sends

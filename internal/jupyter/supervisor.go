@@ -86,6 +86,15 @@ type Options struct {
 	// DisableLatencyFixes leaves out the server's TCP_NODELAY patch and the
 	// client's TCP_QUICKACK, to measure what they are worth. Zero: fixes on.
 	DisableLatencyFixes bool
+	// EarlyKernel, when set, names the kernelspec and working directory
+	// of the kernel envd will start first on each server run (the default
+	// Python context's): the server launches it before its own imports,
+	// so that the two start side by side, and hands it over when that
+	// start comes (see early_kernel.py: only a start that would launch
+	// the very same process takes it; any other leaves it to be
+	// discarded, as it is when not asked for within a minute). "": none.
+	// Only for the default Command.
+	EarlyKernel func() (name, dir string)
 	// Place, when set, starts the server process: it must call start
 	// (which forks and execs cmd) on its own goroutine, so that the server
 	// and its kernels are born where Place puts them (envd's jupyter
