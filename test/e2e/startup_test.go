@@ -107,6 +107,14 @@ func TestStartupScript(t *testing.T) {
 		if out := executeCode(t, "http://127.0.0.1:"+strconv.Itoa(codePort), "print(6*7)"); !strings.Contains(out, `"text": "42\n"`) {
 			t.Errorf("POST /execute print(6*7):\n%s\nenvd's log:\n%s", out, e.stderr)
 		}
+		// The default context's kernel is the one the server launched
+		// before its own start (its connection file names it): envd's
+		// environment for kernels made the start identical to the early
+		// launch (else the early kernel is discarded, and the start is slow).
+		code := "import sys; print('early' if '/kernel-envd-early-' in sys.argv[-1] else sys.argv)"
+		if out := executeCode(t, "http://127.0.0.1:"+strconv.Itoa(codePort), code); !strings.Contains(out, `"text": "early\n"`) {
+			t.Errorf("the default context's kernel is not the early one:\n%s\nenvd's log:\n%s", out, e.stderr)
+		}
 	}
 	if fi, err := os.Stat("/home/user"); err == nil && !fi.IsDir() {
 		t.Errorf("/home/user is not a directory")
