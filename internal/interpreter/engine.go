@@ -216,7 +216,10 @@ func (e *Engine) EarlyKernel() (name, dir string) {
 	if made {
 		return "", ""
 	}
-	dir, err := e.defaultDir(Python)
+	dir, err := e.resolveCwd("") // defaultDir's, without its warning: it will warn
+	if errors.Is(err, ErrBadCwd) {
+		dir, err = "/", nil
+	}
 	if err != nil {
 		return "", ""
 	}

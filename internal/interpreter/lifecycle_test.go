@@ -273,3 +273,27 @@ const phase = `phase "wait for the Jupyter server" (the Jupyter server is starti
 func newUnstarted() *jupyter.Supervisor {
 	return jupyter.New(jupyter.Options{Env: shared.layout.Env(), Logger: testLogger()})
 }
+
+// EarlyKernel names the default Python context's kernel and directory (/
+// when the default directory is unusable, as for the context itself) until
+// that context exists; then none.
+func TestEarlyKernel(t *testing.T) {
+	t.Parallel()
+	for cwd, want := range map[string]string{"/tmp": "/tmp", "/does/not/exist": "/"} {
+		eng := interpreter.New(interpreter.Options{Supervisor: newUnstarted(), Logger: testLogger(), DefaultCwd: func() string { return cwd }})
+		t.Cleanup(eng.Close)
+		if name, dir := eng.EarlyKernel(); name != "python3" || dir != want {
+			t.Errorf("default directory %s: early kernel %q in %q, want python3 in %s", cwd, name, dir, want)
+		}
+	}
+	eng := ownEngine(t, interpreter.Options{})
+	eng.Start()
+	select {
+	case <-eng.Ready():
+	case <-testutil.Context(t, time.Minute).Done():
+		t.Fatal("no default context")
+	}
+	if name, dir := eng.EarlyKernel(); name != "" || dir != "" {
+		t.Errorf("with a default context: early kernel %q in %q, want none", name, dir)
+	}
+}
