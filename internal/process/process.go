@@ -394,6 +394,13 @@ func (p *Process) drain(f *os.File, kind uint8, wg *sync.WaitGroup) {
 		if err != nil && p.parkDrain(f, err) {
 			continue // a handover that did not happen: read on
 		}
+		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && p.lateBytes.Load() <= lateBudget && unread(f) > 0 {
+			// The deadline passed while this drain was late (descheduled,
+			// or waiting for a follower), not while the pipe was quiet:
+			// what waits there is still the group's.
+			f.SetReadDeadline(time.Now().Add(killGrace))
+			continue
+		}
 		full := n == len(buf)
 		switch {
 		case full:
