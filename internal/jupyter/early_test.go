@@ -106,19 +106,7 @@ func TestEarlyKernelTakenOver(t *testing.T) {
 		t.Fatalf("direct path: sent %v, %q", ok, r.text())
 	}
 
-	e, err := k.Execute(ctx, "print('running', flush=True)\nwhile True: pass", jupyter.ExecuteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		m, err := e.Next(ctx)
-		if err != nil {
-			t.Fatalf("execution ended before running: %v", err)
-		}
-		if m.Type() == "stream" {
-			break
-		}
-	}
+	e := runUntil(t, ctx, k, "stream", "print('running', flush=True)\nwhile True: pass")
 	if err := k.Interrupt(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -221,3 +221,23 @@ func newServerWorks(t testing.TB, ctx context.Context, s *jupyter.Supervisor) {
 		t.Errorf("a kernel of the new server: %q", got)
 	}
 }
+
+// runUntil starts code and returns once the kernel has published a message
+// of type typ for it: execute_input (every message before the code runs
+// has been delivered), stream (the code runs and has printed).
+func runUntil(t testing.TB, ctx context.Context, k *jupyter.Kernel, typ, code string) *jupyter.Execution {
+	t.Helper()
+	e, err := k.Execute(ctx, code, jupyter.ExecuteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := e.Next(ctx)
+		if err != nil {
+			t.Fatalf("execution ended before its %s: %v", typ, err)
+		}
+		if m.Type() == typ {
+			return e
+		}
+	}
+}

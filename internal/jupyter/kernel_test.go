@@ -161,22 +161,10 @@ func TestInterrupt(t *testing.T) {
 
 			ctx := testutil.Context(t, execTimeout)
 			_, before := jupyter.DirectForTest(k)
-			e, err := k.Execute(ctx, "print('running', flush=True)\nwhile True: pass", jupyter.ExecuteOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			// Interrupt once the user code runs (its first output has arrived).
+			e := runUntil(t, ctx, k, "stream", "print('running', flush=True)\nwhile True: pass")
 			if _, after := jupyter.DirectForTest(k); (after > before) != direct {
 				t.Fatalf("sent on the direct path: %v, want %v", after > before, direct)
-			}
-			// Interrupt once the user code runs (its first output has arrived).
-			for {
-				m, err := e.Next(ctx)
-				if err != nil {
-					t.Fatalf("execution ended before running: %v", err)
-				}
-				if m.Type() == "stream" {
-					break
-				}
 			}
 			if err := k.Interrupt(ctx); err != nil {
 				t.Fatal(err)

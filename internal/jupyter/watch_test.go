@@ -1,7 +1,6 @@
 package jupyter_test
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -32,25 +31,6 @@ func watchedKernel(t *testing.T) (*jupyter.Kernel, *quartz.Mock) {
 		Clock: clk, ProbeAfter: probeAfter, ProbeTimeout: probeTimeout, ReplyGrace: replyGrace,
 	})
 	return k, clk
-}
-
-// runUntilInput starts code and returns once the kernel has published its
-// execute_input: every message before the code runs has been delivered.
-func runUntilInput(t *testing.T, ctx context.Context, k *jupyter.Kernel, code string) *jupyter.Execution {
-	t.Helper()
-	e, err := k.Execute(ctx, code, jupyter.ExecuteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		m, err := e.Next(ctx)
-		if err != nil {
-			t.Fatalf("execution ended before running: %v", err)
-		}
-		if m.Type() == "execute_input" {
-			return e
-		}
-	}
 }
 
 // TestClosedStdoutDoesNotHang: in ipykernel 6.17, sys.stdout.close()
@@ -115,7 +95,7 @@ func TestIdleWithoutReplyBusyShell(t *testing.T) {
 	ctx := testutil.Context(t, execTimeout)
 	grace := clk.Trap().NewTimer("jupyter", "reply-grace")
 	defer grace.Close()
-	e := runUntilInput(t, ctx, k, `
+	e := runUntil(t, ctx, k, "execute_input", `
 import time
 k = get_ipython().kernel
 k.session.send(k.iopub_socket, 'status', {'execution_state': 'idle'}, parent=k.get_parent('shell'), ident=k._topic('status'))
@@ -142,7 +122,7 @@ func TestLongRunningCodeThenStoppedKernel(t *testing.T) {
 
 	flag := filepath.Join(t.TempDir(), "go")
 	answered := clk.Trap().TimerStop("jupyter", "probe-timeout")
-	e := runUntilInput(t, ctx, k, "import os, time\nwhile not os.path.exists("+pyQuote(flag)+"):\n    time.sleep(0.01)\nprint('done')")
+	e := runUntil(t, ctx, k, "execute_input", "import os, time\nwhile not os.path.exists("+pyQuote(flag)+"):\n    time.sleep(0.01)\nprint('done')")
 	// Twelve quiet periods, two minutes of clock: each time the kernel
 	// answers on control, which stops the probe's deadline.
 	for range 12 {
@@ -161,7 +141,7 @@ func TestLongRunningCodeThenStoppedKernel(t *testing.T) {
 	// not have sent its execute_input yet.
 	probed := clk.Trap().NewTimer("jupyter", "probe-timeout")
 	defer probed.Close()
-	e = runUntilInput(t, ctx, k, "while True: pass")
+	e = runUntil(t, ctx, k, "execute_input", "while True: pass")
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

@@ -169,8 +169,10 @@ func TestKilledOutputNotLost(t *testing.T) {
 	// the kill stops pacing.
 	clk := quartz.NewMock(t).WithLogger(quietLogger{})
 	m := newManager(t, process.Options{LogSize: logSize, ReaderGrace: time.Hour, Clock: clk})
-	p := startDomain(t, m, "sh", "-c", "head -c "+strconv.Itoa(total)+" /dev/zero; exec sleep 1000")
-	stuck := p.Follow()
+	// Followed from the first byte: a follower taken after the start may
+	// come when the head of the output is already gone (and rightly not
+	// be told, since it follows from the oldest byte retained).
+	p, stuck := startFollowed(t, m, "sh", "-c", "head -c "+strconv.Itoa(total)+" /dev/zero; exec sleep 1000")
 	defer stuck.Close()
 	comm := "/proc/" + strconv.Itoa(int(p.Pid())) + "/comm"
 	testutil.Poll(t, "the program to have written its output", func() bool {
@@ -184,5 +186,45 @@ func TestKilledOutputNotLost(t *testing.T) {
 	got, lost := readToEnd(ctx, t, stuck)
 	if got+lost != total {
 		t.Fatalf("the follower got %d bytes and was told of %d lost: %d of %d vanished", got, lost, total-got-lost, total)
+	}
+}
+
+// startFollowed starts cmd as startDomain does, with a follower from its
+// first byte (Manager.StartFollowed).
+func startFollowed(t *testing.T, m *process.Manager, cmd string, args ...string) (*process.Process, *process.Reader) {
+	t.Helper()
+	p, rd, err := m.StartFollowed(process.StartOptions{
+		Config: process.Config{Cmd: cmd, Args: args},
+		User:   lookup(t, "root"),
+		Dir:    "/",
+		Stdin:  true,
+	})
+	if err != nil {
+		t.Fatalf("Start %s: %v", cmd, err)
+	}
+	return p, rd
+}
+
+// TestStartFollowedFromFirstByte: the reader StartFollowed returns exists
+// before the program runs, so a program that writes many logs' worth at
+// once is paced to it from its first byte: it gets all of it, however late
+// it starts reading. (The service's Start stream reads this way; it used
+// to take its reader after the start, and could silently miss the head of
+// a fast program's output.)
+func TestStartFollowedFromFirstByte(t *testing.T) {
+	t.Parallel()
+	const logSize, total = 64 << 10, 600000
+	ctx := paceContext(t)
+	clk := quartz.NewMock(t).WithLogger(quietLogger{}) // still: the drain waits for the reader
+	m := newManager(t, process.Options{LogSize: logSize, ReaderGrace: time.Hour, Clock: clk})
+	p, rd := startFollowed(t, m, "head", "-c", strconv.Itoa(total), "/dev/zero")
+	defer rd.Close()
+	// head is done writing (the pipe holds a megabyte) before a byte is read.
+	testutil.Poll(t, "the program to have written its output", func() bool {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(int(p.Pid())) + "/stat")
+		return err != nil || strings.Contains(string(b), ") Z ") // exited
+	})
+	if got, lost := readToEnd(ctx, t, rd); got != total || lost != 0 {
+		t.Fatalf("the follower got %d bytes and lost %d, want all %d", got, lost, total)
 	}
 }

@@ -124,29 +124,53 @@ func NewManager(opts Options) *Manager {
 // is retained from the first byte. Its steps: validate the request, build
 // the command, give it its stdio, spawn it, register it, start its pumps.
 func (m *Manager) Start(o StartOptions) (*Process, error) {
+	p, _, err := m.start(o, false)
+	return p, err
+}
+
+// StartFollowed starts a process as Start does, with a Reader of its
+// output that follows it from its first byte: registered before the
+// process runs, so that the drains pace to it (Follow) from the start.
+// (A Reader taken after Start returns may find the head of a fast
+// program's output already evicted from the log, without a loss error:
+// Follow starts at the oldest byte retained.) Close the Reader when done.
+func (m *Manager) StartFollowed(o StartOptions) (*Process, *Reader, error) {
+	return m.start(o, true)
+}
+
+func (m *Manager) start(o StartOptions, follow bool) (_ *Process, _ *Reader, err error) {
 	if err := validate(o); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// The cwd is checked (checkDir) only when the start fails: the child
 	// changes to it as the user, and a start that works needs no answer
 	// (the check runs on a thread of its own, made for the user: about
 	// 0.1 ms a start).
 	if err := m.beginStart(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer m.endStart()
 	cmd, err := m.command(o)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p := m.newProcess(o)
+	var rd *Reader
+	if follow {
+		rd = p.Follow()
+		defer func() {
+			if err != nil { // the results are set: rd is this one still
+				rd.Close()
+			}
+		}()
+	}
 	childEnds, err := p.attachStdio(cmd, o)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	exitc, err := p.spawn(cmd, childEnds, o)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if m.opts.OOMScoreAdj != 0 {
 		// Beside the start event rather than before it: what the child
@@ -156,7 +180,7 @@ func (m *Manager) Start(o StartOptions) (*Process, error) {
 	m.register(p)
 	m.startPumps(p, exitc, o)
 	m.logger.Debug("process started", "pid", p.pid, "cmd", o.Config.Cmd, "user", o.User.Name, "pty", o.PTY != nil)
-	return p, nil
+	return p, rd, nil
 }
 
 // validate checks a request before anything is started.

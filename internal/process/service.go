@@ -146,11 +146,13 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 	if dl, ok := ctx.Deadline(); ok {
 		o.Timeout = max(time.Until(dl), time.Millisecond)
 	}
-	p, err := s.m.Start(o)
+	// The stream's reader is the process's from its first byte: one taken
+	// after the start could miss the head of a fast program's output.
+	p, rd, err := s.m.StartFollowed(o)
 	if err != nil {
 		return toConnectErr(err)
 	}
-	return s.streamEvents(ctx, p, server.KeepaliveInterval(req.Header()), typedEnds(req.Header()), func(e *pb.ProcessEvent) error {
+	return s.streamEvents(ctx, p, rd, server.KeepaliveInterval(req.Header()), typedEnds(req.Header()), func(e *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: e})
 	})
 }
@@ -166,16 +168,15 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 	if err != nil {
 		return toConnectErr(err)
 	}
-	return s.streamEvents(ctx, p, server.KeepaliveInterval(req.Header()), typedEnds(req.Header()), func(e *pb.ProcessEvent) error {
+	return s.streamEvents(ctx, p, p.Follow(), server.KeepaliveInterval(req.Header()), typedEnds(req.Header()), func(e *pb.ProcessEvent) error {
 		return stream.Send(&pb.ConnectResponse{Event: e})
 	})
 }
 
-// streamEvents sends start, then every output record, keepalives while the
-// process is quiet, and the end once its output is exhausted. It owns send:
-// only this goroutine writes to the stream.
-func (s *Service) streamEvents(ctx context.Context, p *Process, keepalive time.Duration, typed bool, send func(*pb.ProcessEvent) error) error {
-	rd := p.Follow()
+// streamEvents sends start, then every output record rd reads, keepalives
+// while the process is quiet, and the end once its output is exhausted. It
+// owns send (only this goroutine writes to the stream) and closes rd.
+func (s *Service) streamEvents(ctx context.Context, p *Process, rd *Reader, keepalive time.Duration, typed bool, send func(*pb.ProcessEvent) error) error {
 	defer rd.Close()
 	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: p.Pid()}}}); err != nil {
 		return err
