@@ -193,12 +193,7 @@ func TestKilledOutputNotLost(t *testing.T) {
 // first byte (Manager.StartFollowed).
 func startFollowed(t *testing.T, m *process.Manager, cmd string, args ...string) (*process.Process, *process.Reader) {
 	t.Helper()
-	p, rd, err := m.StartFollowed(process.StartOptions{
-		Config: process.Config{Cmd: cmd, Args: args},
-		User:   lookup(t, "root"),
-		Dir:    "/",
-		Stdin:  true,
-	})
+	p, rd, err := m.StartFollowed(domainOptions(t, cmd, args))
 	if err != nil {
 		t.Fatalf("Start %s: %v", cmd, err)
 	}

@@ -32,14 +32,21 @@ func newManager(t *testing.T, o process.Options) *process.Manager {
 	return m
 }
 
-func startDomain(t *testing.T, m *process.Manager, cmd string, args ...string) *process.Process {
+// domainOptions runs cmd as root in /, with stdin: startDomain's and
+// startFollowed's start.
+func domainOptions(t *testing.T, cmd string, args []string) process.StartOptions {
 	t.Helper()
-	p, err := m.Start(process.StartOptions{
+	return process.StartOptions{
 		Config: process.Config{Cmd: cmd, Args: args},
 		User:   lookup(t, "root"),
 		Dir:    "/",
 		Stdin:  true,
-	})
+	}
+}
+
+func startDomain(t *testing.T, m *process.Manager, cmd string, args ...string) *process.Process {
+	t.Helper()
+	p, err := m.Start(domainOptions(t, cmd, args))
 	if err != nil {
 		t.Fatalf("Start %s: %v", cmd, err)
 	}
