@@ -1,7 +1,7 @@
 # The sandbox image: envd, start-up.sh, Jupyter with its kernels and the data
 # stack, installed by the same scripts/install-deps.sh that CI runs.
 #
-#   docker build -t envd-sandbox .
+#   docker build --build-arg ENVD_COMMIT=$(git rev-parse --short=12 HEAD) -t envd-sandbox .
 #   docker run --rm -p 49983:49983 -p 49999:49999 envd-sandbox
 
 # --- build: a static envd ----------------------------------------------------
@@ -13,8 +13,12 @@ COPY cmd/ cmd/
 COPY gen/ gen/
 COPY internal/ internal/
 COPY client/ client/
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/envd ./cmd/envd \
-	&& CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/envctl ./cmd/envctl
+# The commit the binaries report (envd -version, -commit): the build context
+# has no .git for Go to read it from.
+ARG ENVD_COMMIT=
+RUN ldflags="-s -w -X github.com/envd-dev/envd/internal/buildinfo.commit=${ENVD_COMMIT}" \
+	&& CGO_ENABLED=0 go build -buildvcs=false -trimpath -ldflags "$ldflags" -o /out/envd ./cmd/envd \
+	&& CGO_ENABLED=0 go build -buildvcs=false -trimpath -ldflags "$ldflags" -o /out/envctl ./cmd/envctl
 
 # --- the sandbox -------------------------------------------------------------
 FROM debian:bookworm

@@ -22,9 +22,15 @@ help: ## list the targets
 deps: ## install what envd and its tests need (idempotent)
 	scripts/install-deps.sh
 
+# The commit the binaries report (envd -commit, the version's build
+# metadata): 12 hex digits, -dirty when the tree has changes; empty outside a
+# checkout (Go's own VCS stamp, or "unknown", then).
+COMMIT ?= $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { [ -z "$$(git status --porcelain 2>/dev/null)" ] || c=$$c-dirty; echo $$c; })
+LDFLAGS := -s -w -X github.com/envd-dev/envd/internal/buildinfo.commit=$(COMMIT)
+
 .PHONY: build
 build: ## build bin/envd, static
-	CGO_ENABLED=0 go build -buildvcs=auto -trimpath -ldflags "-s -w" -o $(BIN)/envd ./cmd/envd
+	CGO_ENABLED=0 go build -buildvcs=auto -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/envd ./cmd/envd
 
 .PHONY: run
 run: deps build ## install what is missing, then run envd with Jupyter on localhost
@@ -69,7 +75,7 @@ bench: deps build envctl ## benchmarks: each path of issue 12 against an in-run 
 
 .PHONY: envctl
 envctl: ## build bin/envctl, static
-	CGO_ENABLED=0 go build -buildvcs=auto -trimpath -ldflags "-s -w" -o $(BIN)/envctl ./cmd/envctl
+	CGO_ENABLED=0 go build -buildvcs=auto -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/envctl ./cmd/envctl
 
 # Where `make install` puts envd and envctl.
 PREFIX ?= /usr/local

@@ -7,8 +7,10 @@
 #
 # What it installs:
 #   - Debian packages: Jupyter server + ipykernel (Debian's /usr/bin/python3),
-#     numpy/pandas/matplotlib, R + IRkernel, sudo, attr, curl, ... (see APT_PKGS).
-#     ENVD_INSTALL_FULL=1 adds the larger data-science stack (see APT_PKGS_FULL).
+#     numpy/pandas/matplotlib, R + IRkernel, sudo, attr, curl, git, ... (see
+#     APT_PKGS). ENVD_INSTALL_FULL=1 adds the larger data-science stack (see
+#     APT_PKGS_FULL); the tools only tests use (APT_PKGS_TEST) come unless
+#     ENVD_SKIP_COMPAT=1.
 #   - Node.js + npm from Debian, only when `node`/`npm` are not on PATH.
 #   - Deno (npm `deno@$DENO_VERSION`) into $ENVD_KERNELS_DIR, plus the Jupyter
 #     kernelspec /usr/local/share/jupyter/kernels/deno/kernel.json.
@@ -23,7 +25,8 @@
 #
 # Environment knobs:
 #   ENVD_INSTALL_FULL=1   also install the big data stack (the Dockerfile and `make test` set it)
-#   ENVD_SKIP_COMPAT=1    skip `npm ci` in test/compat (e.g. in a runtime image)
+#   ENVD_SKIP_COMPAT=1    skip what only the tests use: `npm ci` in test/compat and
+#                         APT_PKGS_TEST (e.g. in a runtime image)
 #   ENVD_SKIP_GO=1        do not install Go (a runtime image gets a built envd)
 #   ENVD_KERNELS_DIR      where npm-installed kernels go (default /opt/envd-kernels)
 #   ENVD_KERNELSPEC_DIR   kernelspec root (default /usr/local/share/jupyter/kernels)
@@ -55,6 +58,22 @@ APT_PKGS=(
 	openjdk-17-jdk-headless # envd's Java kernel runs on its jshell (jdk.jshell)
 	# packages from code: the shared venv (python3 -m venv) and its ACLs (setfacl)
 	python3-venv acl
+	# What E2B's SDKs and sandbox users expect of a sandbox. E2B's template
+	# provisioning installs systemd systemd-sysv openssh-server sudo chrony
+	# linuxptp socat curl ca-certificates fuse3 iptables git into every
+	# template; of those, a container image needs:
+	#   git: the SDKs' sandbox.git runs git through commands
+	#   socat: in every E2B sandbox (upstream's envd forwards ports with it;
+	#     ours forwards in-process), and scripts written for E2B use it
+	# and envd itself needs:
+	#   nfs-common: mount.nfs, for /init's volumeMounts (it brings rpcbind)
+	# The rest belong to a Firecracker guest, not to a container: systemd
+	# and systemd-sysv (the guest's init; a container runs start-up.sh),
+	# openssh-server (the guest's SSH access), chrony and linuxptp (the
+	# guest's clock from the host's PTP device), fuse3 and iptables (they
+	# need privileges a container does not have). E2B's provisioning adds
+	# them when it turns an image into a guest (deploy/firecracker/README.md).
+	git socat nfs-common
 )
 APT_PKGS_FULL=(
 	python3-scipy python3-sklearn python3-seaborn python3-plotly
@@ -68,6 +87,11 @@ APT_PKGS_FULL=(
 	r-recommended r-cran-ggplot2 r-cran-dplyr r-cran-tidyr r-cran-readr
 	r-cran-data.table
 )
+# Tools only the tests run; skipped with ENVD_SKIP_COMPAT=1 (a runtime image).
+APT_PKGS_TEST=(
+	systemd  # systemd-analyze verify: test/deploy checks deploy/firecracker/envd.service
+	iproute2 # ip: tests bring up loopback in the network namespaces they make
+)
 
 done_steps=()
 note() { done_steps+=("$*"); }
@@ -80,6 +104,7 @@ die() { log "error: $*"; exit 1; }
 install_apt() {
 	local pkgs=("${APT_PKGS[@]}")
 	[[ ${ENVD_INSTALL_FULL:-0} == 1 ]] && pkgs+=("${APT_PKGS_FULL[@]}")
+	[[ ${ENVD_SKIP_COMPAT:-0} == 1 ]] || pkgs+=("${APT_PKGS_TEST[@]}")
 	if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 		pkgs+=(nodejs npm)
 	fi

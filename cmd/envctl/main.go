@@ -387,6 +387,6 @@ func cmdUsage(w io.Writer, c *command) {
 	}
 }
 
-// versionLine is what --version prints: the commit envctl was built from
-// (with "-dirty" for uncommitted changes) and the Go version.
-func versionLine() string { return "envctl " + buildinfo.Describe() }
+// versionLine is what --version prints: envctl's version (the same as
+// the envd of its build), the commit it was built from and the Go version.
+func versionLine() string { return "envctl " + buildinfo.Version() + " " + buildinfo.Describe() }

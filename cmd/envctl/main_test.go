@@ -10,6 +10,7 @@ import (
 	"time"
 
 	pb "github.com/envd-dev/envd/gen/process"
+	"github.com/envd-dev/envd/internal/buildinfo"
 )
 
 func TestParseVsock(t *testing.T) {
@@ -156,7 +157,7 @@ func TestRunFlags(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := Main([]string{"--version"}, strings.NewReader(""), &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "envctl (commit ") || errb.Len() != 0 {
+	if code := Main([]string{"--version"}, strings.NewReader(""), &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "envctl "+buildinfo.Version()+" (commit ") || errb.Len() != 0 {
 		t.Errorf("--version: exit %d, %q %q", code, out.String(), errb.String())
 	}
 }

@@ -17,11 +17,13 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/envd-dev/envd/internal/buildinfo"
+	"github.com/envd-dev/envd/internal/cgroup"
 	"github.com/envd-dev/envd/internal/daemon"
 	"github.com/envd-dev/envd/internal/handover"
 	"github.com/envd-dev/envd/internal/interpreter"
@@ -70,18 +72,26 @@ func run(ho *handover.Pending) error {
 	fs.BoolVar(&cfg.NoJupyter, "no-jupyter", false, "run without code execution")
 	fs.StringVar(&cfg.JupyterURL, "jupyter-url", "", "use the Jupyter server at this URL instead of starting one (its kernels need envd's startup files for rich results and env vars)")
 	fs.StringVar(&cfg.JupyterToken, "jupyter-token", "", "token of the -jupyter-url server")
-	fs.BoolVar(&cfg.JupyterAsRoot, "jupyter-as-root", false, "run Jupyter and its kernels as root even with -strict-users")
-	fs.BoolVar(&cfg.StrictUsers, "strict-users", false, "give each request exactly its user's rights, as in a shell of that user (real uid switch, no capabilities; a user sees only its own processes), and run Jupyter and its kernels as the default user (default: as upstream envd, files read and parents created as root, kernels as root)")
+	fs.BoolVar(&cfg.JupyterAsRoot, "jupyter-as-root", false, "run Jupyter and its kernels as root in every mode (otherwise: by default, root only when the default user is root or has passwordless sudo, else the default user; with -strict-users, the default user); root kernels use the shared Python environment and R library only when their owners can become root too, never with -strict-users")
+	fs.BoolVar(&cfg.StrictUsers, "strict-users", false, "give each request exactly its user's rights, as in a shell of that user (its ids and groups, no capabilities; a user sees only its own processes), and run Jupyter and its kernels as the default user (default: as upstream envd, files read and parents created as root, kernels as root)")
 	fs.BoolVar(&cfg.ForwardPorts, "forward-ports", true, "forward the sandbox's external addresses, on the same port, to TCP servers listening only on loopback (127.0.0.1, ::1), so the host reaches them; false turns it off (outside a sandbox, on a machine of your own, it would expose loopback-only servers)")
-	fs.StringVar(&cfg.Cgroups, "cgroups", "auto", "cgroups of the processes envd starts (for /freeze and OOM-killed ends): auto (v2 where /sys/fs/cgroup is cgroup2, else v1), v1, v2 or off")
-	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", "envd", "name of envd's cgroup tree (user, pty, jupyter) under envd's own cgroup in each hierarchy")
+	fs.StringVar(&cfg.Cgroups, "cgroups", "auto", "cgroups of the processes envd starts (for /freeze and OOM-killed ends): auto (v2 where -cgroup-root is cgroup2, else v1), v1, v2 or off")
+	fs.StringVar(&cfg.CgroupFSRoot, "cgroup-root", cgroup.DefaultFSRoot, "where the cgroup filesystems are mounted (upstream's flag)")
+	fs.StringVar(&cfg.CgroupTree, "cgroup-tree", "envd", "name of envd's cgroup tree (user, pty, jupyter) under envd's own cgroup in each hierarchy")
+	noCgroups := fs.Bool("no-cgroups", false, "run without cgroups, as -cgroups off (upstream's flag)")
+	isNotFC := fs.Bool("isnotfc", false, "not in a Firecracker guest (upstream's flag): no MMDS read, no logs shipped to the host, E2B_SANDBOX=false")
+	verbose := fs.Bool("verbose", false, "write the log to stdout instead of stderr (upstream's flag)")
+	fs.BoolVar(&cfg.ShipLogs, "ship-logs", true, "send each log record to the logs collector the MMDS names, as upstream does in a Firecracker guest")
 	fs.DurationVar(&cfg.FSFreezeWatchdog, "fsfreeze-watchdog", 30*time.Second, "longest time POST /fsfreeze leaves the root filesystem frozen before envd thaws it itself")
 	fs.BoolVar(&cfg.SyncClock, "sync-clock", false, "let POST /init set the machine's clock from its timestamp (off: the clock is never touched)")
+	fs.StringVar(&cfg.RunDir, "run-dir", "/run/e2b", "where envd writes .E2B_SANDBOX, .E2B_SANDBOX_ID and .E2B_TEMPLATE_ID for code in the sandbox to read, as upstream; '' writes none")
 	fs.StringVar(&cfg.MMDSURL, "mmds-url", mmds.DefaultURL, "where the host's boot metadata is read at boot (Firecracker's MMDS): the sandbox's ids for processes and logs, and the hash /init's access token must match; off: not read")
 	warmKernels := fs.String("warm-kernels", interpreter.DefaultWarmKernels().String(), "prestarted kernels kept ready per language, as language=count items (python, r, bash; e.g. python=1,r=1): a new context takes one instead of waiting for a kernel start; each costs an idle kernel's memory (a Python one about 70 MB); python=0 or '' turns it off")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	version := fs.Bool("version", false, "print the version, commit and Go version, and exit")
+	version := fs.Bool("version", false, "print the version (semver: upstream's wire version, the commit as build metadata) and exit")
+	commit := fs.Bool("commit", false, "print the commit envd was built from and exit")
+	resume := fs.Bool("resume-handover", false, "accepted for upstream's command line; envd's own live upgrade passes its handover otherwise")
 	check := fs.Bool(handover.CheckFlag, false, "check these flags, print the version and the handover schemas this envd reads, and exit: what a live upgrade (POST /upgrade, SIGUSR2) runs of a new binary first")
 	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -108,8 +118,21 @@ func run(ho *handover.Pending) error {
 		return "-" + name + " "
 	}
 	if *version {
-		fmt.Println(versionLine())
+		fmt.Println(buildinfo.Version())
 		return nil
+	}
+	if *commit {
+		fmt.Println(buildinfo.Commit())
+		return nil
+	}
+	if !filepath.IsAbs(cfg.CgroupFSRoot) {
+		return fmt.Errorf("%s%q: want the absolute path where the cgroup filesystems are mounted (envd's own tree is named by -cgroup-tree)", from("cgroup-root"), cfg.CgroupFSRoot)
+	}
+	if *noCgroups {
+		cfg.Cgroups = "off"
+	}
+	if *isNotFC {
+		cfg.MMDSURL, cfg.ShipLogs, cfg.NotFirecracker = "off", false, true
 	}
 	if *vsockPort > math.MaxUint32 {
 		return fmt.Errorf("%s%d: want at most %d", from("vsock-port"), *vsockPort, uint32(math.MaxUint32))
@@ -130,11 +153,15 @@ func run(ho *handover.Pending) error {
 		return fmt.Errorf("%s%q: want debug, info, warn or error", from("log-level"), *logLevel)
 	}
 	hopts := &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}
+	logTo := os.Stderr
+	if *verbose {
+		logTo = os.Stdout
+	}
 	switch *logFormat {
 	case "text":
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, hopts))
+		cfg.Logger = slog.New(slog.NewTextHandler(logTo, hopts))
 	case "json":
-		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, hopts))
+		cfg.Logger = slog.New(slog.NewJSONHandler(logTo, hopts))
 	default:
 		return fmt.Errorf("%s%q: want text or json", from("log-format"), *logFormat)
 	}
@@ -143,6 +170,9 @@ func run(ho *handover.Pending) error {
 		return nil
 	}
 	cfg.Handover = ho
+	if *resume && ho == nil {
+		cfg.Logger.Warn("-resume-handover: no handover from an envd of ours is pending (upstream's handover record is not read); starting afresh")
+	}
 	if onCmdline["access-token"] && cfg.AccessToken != "" {
 		cfg.Logger.Warn("the access token is on envd's command line, which every user of the machine can read in /proc; set ENVD_ACCESS_TOKEN instead of -access-token")
 	}
@@ -201,10 +231,6 @@ func usage(fs *flag.FlagSet) {
 	fmt.Fprintf(w, "ENVD_ACCESS_TOKEN: every user of the machine can read a command line.\n\nFlags:\n")
 	fs.PrintDefaults()
 }
-
-// versionLine is what -version prints: envd's version, the commit it was
-// built from (with "-dirty" for uncommitted changes) and the Go version.
-func versionLine() string { return "envd " + daemon.Version + " " + buildinfo.Describe() }
 
 // readableDurations rounds every duration logged to three significant
 // digits ("1.23s", "45.7ms", "812µs"), as a person reads them, not

@@ -82,11 +82,18 @@ type Options struct {
 	Root string
 	// Version forces a version. Zero: Auto.
 	Version Version
+	// FSRoot is where the cgroup filesystems are mounted: only hierarchies
+	// mounted there or beneath it are used, and Auto picks v2 when FSRoot
+	// itself is a cgroup2 mount. Zero: DefaultFSRoot.
+	FSRoot string
 	// SweepRoot is where a hierarchy freeze (Freeze with Hierarchy) starts
 	// walking, relative to the hierarchy's root. Zero: "/", the whole
 	// hierarchy. Tests bound the walk to a tree of their own.
 	SweepRoot string
 }
+
+// DefaultFSRoot is where Linux distributions mount cgroups.
+const DefaultFSRoot = "/sys/fs/cgroup"
 
 // hier is one hierarchy envd uses: where it is mounted and envd's own cgroup
 // in it, as a directory.
@@ -122,6 +129,16 @@ type Manager struct {
 
 	spares spares // per-process cgroups made ahead (spare.go)
 
+	// treeLock is envd's tree's directory (the first hierarchy's), open
+	// and flock'ed exclusively while this Manager owns the tree; -1 when
+	// another live envd holds it. Only an owner removes the tree at Close:
+	// a second envd started by mistake with the same tree (it then fails
+	// to bind, and exits) must not remove the running one's cgroups. The
+	// descriptor is close-on-exec: a live upgrade's new envd takes the
+	// lock afresh.
+	treeLock int
+	owner    bool
+
 	// ownTasks are the tasks files of envd's own cgroups, per hierarchy
 	// (v1), open for a start's way back (see Group.Start); -1 where one
 	// could not be opened (its path is written then).
@@ -144,8 +161,15 @@ func New(o Options) (*Manager, error) {
 	if o.SweepRoot == "" {
 		o.SweepRoot = "/"
 	}
+	if o.FSRoot == "" {
+		o.FSRoot = DefaultFSRoot
+	}
+	if !filepath.IsAbs(o.FSRoot) {
+		return nil, fmt.Errorf("cgroup filesystem root %q: want an absolute path", o.FSRoot)
+	}
+	o.FSRoot = filepath.Clean(o.FSRoot)
 	m := &Manager{log: o.Logger, root: o.Root, sweepRoot: o.SweepRoot, linger: map[string]*Group{}}
-	mounts, err := readMounts()
+	mounts, err := readMounts(o.FSRoot)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -156,7 +180,7 @@ func New(o Options) (*Manager, error) {
 	v := o.Version
 	if v == Auto {
 		v = V1
-		if mt, ok := mounts.v2["/sys/fs/cgroup"]; ok && mt == "/" {
+		if mt, ok := mounts.v2[o.FSRoot]; ok && mt == "/" {
 			v = V2
 		}
 	}
@@ -182,10 +206,17 @@ func New(o Options) (*Manager, error) {
 	default:
 		return nil, fmt.Errorf("cgroup version %d: want 1 or 2", v)
 	}
+	m.treeLock = -1
 	for _, name := range []string{"", User, PTY, Jupyter} {
 		if _, err := m.group(name, true); err != nil {
-			m.removeTree()
+			if m.owner {
+				m.removeTree()
+			}
+			closeFD(m.treeLock)
 			return nil, fmt.Errorf("%w: make envd's cgroups: %v", ErrUnavailable, err)
+		}
+		if name == "" {
+			m.lockTree()
 		}
 	}
 	if m.v2 == nil {
@@ -402,7 +433,36 @@ func (m *Manager) Close() error {
 		closeFD(fd)
 	}
 	m.ownTasks = nil
+	defer func() { closeFD(m.treeLock); m.treeLock = -1 }()
+	if !m.owner {
+		return nil
+	}
 	return m.removeTree()
+}
+
+// lockTree takes the tree's lock (see Manager.treeLock). A tree another
+// live envd holds is used as well (envds may share one), but left to it.
+// When the lock cannot be tried at all, this Manager owns the tree, as
+// if it were alone.
+func (m *Manager) lockTree() {
+	dir := m.dirs("")[0]
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		m.log.Warn("cannot open envd's cgroup tree to lock it", "dir", dir, "err", err)
+		m.owner = true
+		return
+	}
+	switch err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); {
+	case err == nil:
+		m.treeLock, m.owner = fd, true
+	case errors.Is(err, unix.EWOULDBLOCK):
+		unix.Close(fd)
+		m.log.Warn("another running envd uses this cgroup tree: this one uses it too, and leaves it in place when it stops (give each envd its own -cgroup-tree)", "dir", dir)
+	default:
+		unix.Close(fd)
+		m.log.Warn("cannot lock envd's cgroup tree", "dir", dir, "err", err)
+		m.owner = true
+	}
 }
 
 func (m *Manager) removeTree() error {
@@ -441,17 +501,22 @@ func removeAll(dir string) error {
 
 // mounts is what /proc/self/mountinfo says of cgroup filesystems.
 type mounts struct {
-	v2 map[string]string            // mount point -> root of the mount
-	v1 map[string]map[string]string // controller -> mount point -> root
+	root string                       // the cgroup filesystem root they were read beneath
+	v2   map[string]string            // mount point -> root of the mount
+	v1   map[string]map[string]string // controller -> mount point -> root
 }
 
-func readMounts() (*mounts, error) {
+// readMounts reads the cgroup mounts at fsRoot or beneath it.
+func readMounts(fsRoot string) (*mounts, error) {
 	all, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
-	ms := &mounts{v2: map[string]string{}, v1: map[string]map[string]string{}}
+	ms := &mounts{root: fsRoot, v2: map[string]string{}, v1: map[string]map[string]string{}}
 	for _, m := range all {
+		if m.Point != fsRoot && !strings.HasPrefix(m.Point, strings.TrimSuffix(fsRoot, "/")+"/") {
+			continue
+		}
 		switch m.FSType {
 		case "cgroup2":
 			ms.v2[m.Point] = m.Root
@@ -512,7 +577,7 @@ func (ms *mounts) hierV2(own ownCgroups) (*hier, error) {
 			return &hier{mount: point, own: d}, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: no cgroup2 mount shows envd's cgroup %s", ErrUnavailable, path)
+	return nil, fmt.Errorf("%w: no cgroup2 mount at or beneath %s shows envd's cgroup %s", ErrUnavailable, ms.root, path)
 }
 
 func (ms *mounts) hierV1(ctl string, own ownCgroups) (*hier, error) {
@@ -525,5 +590,5 @@ func (ms *mounts) hierV1(ctl string, own ownCgroups) (*hier, error) {
 			return &hier{mount: point, own: d}, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: no cgroup v1 %s mount shows envd's cgroup %s", ErrUnavailable, ctl, path)
+	return nil, fmt.Errorf("%w: no cgroup v1 %s mount at or beneath %s shows envd's cgroup %s", ErrUnavailable, ctl, ms.root, path)
 }

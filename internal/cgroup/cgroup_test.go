@@ -331,18 +331,67 @@ func TestTreeRemovedFromOutside(t *testing.T) {
 	for _, v := range versions(t) {
 		t.Run(v.String(), func(t *testing.T) {
 			m := newManager(t, v)
-			root := m.Root()
-			other, err := cgroup.New(cgroup.Options{Version: v, Root: root})
+			other, err := cgroup.New(cgroup.Options{Version: v, Root: m.Root()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := other.Close(); err != nil {
-				t.Fatalf("the other envd's Close: %v", err)
+			defer other.Close()
+			if err := cgroup.RemoveTree(other); err != nil {
+				t.Fatalf("remove the tree from outside: %v", err)
+			}
+			if _, err := os.Stat(cgroup.Dir(m, cgroup.User)); !os.IsNotExist(err) {
+				t.Fatalf("the tree is still there: %v", err)
 			}
 			cmd, g := startIn(t, m, cgroup.User, "sleep", "60")
 			pids, err := g.Procs()
 			if err != nil || len(pids) != 1 || pids[0] != cmd.Process.Pid {
 				t.Errorf("cgroup.procs %v, %v: want [%d]", pids, err, cmd.Process.Pid)
+			}
+		})
+	}
+}
+
+// TestSecondManagerLeavesTree: a second envd given a tree another running
+// envd owns (started by mistake: it then fails to bind, and stops) uses it,
+// and leaves it in place when it stops; the owner removes it.
+func TestSecondManagerLeavesTree(t *testing.T) {
+	for _, v := range versions(t) {
+		t.Run(v.String(), func(t *testing.T) {
+			root := "envd-test-" + randName()
+			first, err := cgroup.New(cgroup.Options{Version: v, Root: root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := cgroup.New(cgroup.Options{Version: v, Root: root})
+			if err != nil {
+				first.Close()
+				t.Fatal(err)
+			}
+			if err := second.Close(); err != nil {
+				t.Errorf("the second's Close: %v", err)
+			}
+			for _, rel := range []string{"", cgroup.User, cgroup.PTY, cgroup.Jupyter} {
+				if _, err := os.Stat(cgroup.Dir(first, rel)); err != nil {
+					t.Errorf("the second envd removed the first's cgroup %q: %v", rel, err)
+				}
+			}
+			if err := first.Close(); err != nil {
+				t.Errorf("the first's Close: %v", err)
+			}
+			if _, err := os.Stat(cgroup.Dir(first, "")); !os.IsNotExist(err) {
+				t.Errorf("the owner left its tree: %v", err)
+			}
+			// Gone with its owner, the lock is free: the next envd owns the
+			// tree, and removes it.
+			third, err := cgroup.New(cgroup.Options{Version: v, Root: root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := third.Close(); err != nil {
+				t.Errorf("the third's Close: %v", err)
+			}
+			if _, err := os.Stat(cgroup.Dir(third, "")); !os.IsNotExist(err) {
+				t.Errorf("the third envd left the tree: %v", err)
 			}
 		})
 	}

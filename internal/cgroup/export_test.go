@@ -14,3 +14,7 @@ func SpareNames(m *Manager, parent string) []string {
 // Dir is cgroup rel's directory in m's first hierarchy (v2's, or v1's
 // freezer).
 func Dir(m *Manager, rel string) string { return m.dirs(rel)[0] }
+
+// RemoveTree removes m's tree's empty cgroups as something outside envd
+// would, whoever owns the tree.
+func RemoveTree(m *Manager) error { return m.removeTree() }

@@ -31,10 +31,10 @@ func newCgroups(cfg Config, log *slog.Logger) *cgroup.Manager {
 		log.Warn("cannot make envd the OOM killer's last pick", "err", err)
 	}
 	if cfg.Cgroups == "off" {
-		log.Info("cgroups off (-cgroups off): processes are not placed, /freeze and /unfreeze answer 501")
+		log.Info("cgroups off (-cgroups off or -no-cgroups): processes are not placed, /freeze and /unfreeze answer 501")
 		return nil
 	}
-	cg, err := cgroup.New(cgroup.Options{Logger: log, Root: cfg.CgroupRoot, Version: cgroupModes[cfg.Cgroups]})
+	cg, err := cgroup.New(cgroup.Options{Logger: log, Root: cfg.CgroupTree, FSRoot: cfg.CgroupFSRoot, Version: cgroupModes[cfg.Cgroups]})
 	if err != nil {
 		if errors.Is(err, cgroup.ErrUnavailable) {
 			log.Warn("cgroups unavailable: processes run without them, /freeze and /unfreeze answer 501", "err", err)
@@ -43,7 +43,7 @@ func newCgroups(cfg Config, log *slog.Logger) *cgroup.Manager {
 		}
 		return nil
 	}
-	log.Info("workload cgroups", "version", cg.Version().String(), "root", cfg.CgroupRoot)
+	log.Info("workload cgroups", "version", cg.Version().String(), "tree", cfg.CgroupTree)
 	return cg
 }
 

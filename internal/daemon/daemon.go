@@ -21,6 +21,7 @@ import (
 
 	hpb "github.com/envd-dev/envd/gen/envd/handover/v1"
 	"github.com/envd-dev/envd/internal/auth"
+	"github.com/envd-dev/envd/internal/buildinfo"
 	"github.com/envd-dev/envd/internal/cgroup"
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/filesystem"
@@ -28,6 +29,7 @@ import (
 	"github.com/envd-dev/envd/internal/httpapi"
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/logship"
 	"github.com/envd-dev/envd/internal/packages"
 	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/reaper"
@@ -36,8 +38,9 @@ import (
 	"github.com/envd-dev/envd/internal/tunnel"
 )
 
-// Version is envd's version, reported by -version and /init.
-var Version = "0.1.0"
+// Version is envd's version (buildinfo.Version), reported by -version and
+// in X-Envd-Version.
+var Version = buildinfo.Version()
 
 // Config is everything envd is started with.
 type Config struct {
@@ -91,18 +94,33 @@ type Config struct {
 	// MMDS, mmds.DefaultURL in a guest): polled at boot for the sandbox's
 	// ids and /init's token hash. "" or "off": not read.
 	MMDSURL string
-	// Cgroups picks the workload's cgroups: auto (v2 where /sys/fs/cgroup
-	// is cgroup2, else v1), v1, v2 or off. CgroupRoot names envd's tree
-	// under its own cgroup (zero: envd). FSFreezeWatchdog bounds how long
-	// /fsfreeze leaves the root filesystem frozen (zero: 30 s).
-	Cgroups, CgroupRoot string
-	FSFreezeWatchdog    time.Duration
+	// ShipLogs sends each log record to the logs collector the MMDS names
+	// (its address), as upstream does in a Firecracker guest. Without an
+	// MMDS (MMDSURL off) nothing is shipped either way.
+	ShipLogs bool
+	// RunDir is where envd writes, as upstream does in /run/e2b, files for
+	// code in the sandbox to read: .E2B_SANDBOX (E2B_SANDBOX's value) and,
+	// once the MMDS names them, .E2B_SANDBOX_ID and .E2B_TEMPLATE_ID. "":
+	// none written.
+	RunDir string
+	// NotFirecracker is upstream's -isnotfc: processes and kernels get
+	// E2B_SANDBOX=false instead of true.
+	NotFirecracker bool
+	// Cgroups picks the workload's cgroups: auto (v2 where CgroupFSRoot
+	// is cgroup2, else v1), v1, v2 or off. CgroupFSRoot is where the cgroup
+	// filesystems are mounted (zero: /sys/fs/cgroup); CgroupTree names
+	// envd's tree under its own cgroup (zero: envd). FSFreezeWatchdog bounds
+	// how long /fsfreeze leaves the root filesystem frozen (zero: 30 s).
+	Cgroups, CgroupFSRoot, CgroupTree string
+	FSFreezeWatchdog                  time.Duration
 	// Handover, when set, is the live upgrade this envd was exec'd with
 	// (handover.Take): it adopts the listeners and processes instead of
 	// starting afresh, or rolls back to the old binary if it cannot.
 	Handover *handover.Pending
 
-	inherited *inherited // the handover's listeners, until listen takes them
+	inherited *inherited       // the handover's listeners, until listen takes them
+	tags      *slogtag.Handler // tags Logger's records with the sandbox's ids
+	shipper   *logship.Shipper // ships Logger's records; nil unless ShipLogs and an MMDS
 }
 
 // Defaults of the shutdown's grace periods.
@@ -177,7 +195,8 @@ func checkConfig(cfg Config) (Config, string, error) {
 		cfg.Logger = slog.Default()
 	}
 	// Tagged with the sandbox's ids once the MMDS names them.
-	cfg.Logger = slog.New(slogtag.Wrap(cfg.Logger.Handler()))
+	cfg.tags = slogtag.Wrap(cfg.Logger.Handler())
+	cfg.Logger = slog.New(cfg.tags)
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = defaultShutdownGrace
 	}
@@ -194,6 +213,8 @@ func checkConfig(cfg Config) (Config, string, error) {
 	if err != nil {
 		return cfg, "", err
 	}
+	// With ShipLogs, also shipped to the MMDS's logs address (logship.go).
+	cfg = shipLogs(cfg)
 	return cfg, user, nil
 }
 
@@ -218,8 +239,11 @@ type parts struct {
 
 func newParts(cfg Config, user string) (*parts, error) {
 	log := cfg.Logger
-	defs := defaults.New(user, map[string]string{"E2B_SANDBOX": "true"})
+	defs := defaults.New(user, map[string]string{"E2B_SANDBOX": strconv.FormatBool(!cfg.NotFirecracker)})
 	p := &parts{cfg: cfg, log: log, token: &auth.Token{}, defs: defs}
+	if err := newRunDir(cfg.RunDir).write(runFileSandbox, strconv.FormatBool(!cfg.NotFirecracker)); err != nil {
+		log.Warn("cannot write the run directory's sandbox file", "err", err)
+	}
 	p.upg = newUpgrader(p)
 	var err error
 	p.token.Set(cfg.AccessToken)
@@ -295,6 +319,7 @@ func (p *parts) cleanup() {
 	if p.cfg.UnixSocket != "" {
 		os.Remove(p.cfg.UnixSocket)
 	}
+	p.closeShipper() // last: after every record to ship
 }
 
 // listener is an open listener and the handler it serves.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/envd-dev/envd/internal/defaults"
+	"github.com/envd-dev/envd/internal/logship"
 	"github.com/envd-dev/envd/internal/mmds"
 	"github.com/envd-dev/envd/internal/slogtag"
 )
@@ -22,13 +23,16 @@ const (
 
 // bootMetadata is what the host publishes on the MMDS: polled at boot
 // (never blocking startup or /health), exported to processes and kernels
-// (E2B_SANDBOX_ID, E2B_TEMPLATE_ID), put on every log record, and the hash
-// /init checks its token against.
+// (E2B_SANDBOX_ID, E2B_TEMPLATE_ID), put on every log record, where the
+// records are shipped (with ShipLogs), and the hash /init checks its token
+// against.
 type bootMetadata struct {
 	client *mmds.Client
 	log    *slog.Logger
 	defs   *defaults.Defaults
 	tags   *slogtag.Handler // nil when the logger is not tagged
+	ship   *logship.Shipper // nil without ShipLogs
+	run    *runDir          // nil without a run directory
 
 	ctx    context.Context // ends at shutdown
 	cancel context.CancelFunc
@@ -50,7 +54,7 @@ func newBootMetadata(cfg Config, defs *defaults.Defaults) (*bootMetadata, error)
 		return nil, err
 	}
 	b := &bootMetadata{client: c, log: cfg.Logger.With("component", "mmds"), defs: defs}
-	b.tags, _ = cfg.Logger.Handler().(*slogtag.Handler)
+	b.tags, b.ship, b.run = cfg.tags, cfg.shipper, newRunDir(cfg.RunDir)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
@@ -115,6 +119,16 @@ func (b *bootMetadata) apply(md mmds.Metadata) {
 	b.defs.SetHostVar("E2B_TEMPLATE_ID", md.TemplateID)
 	if b.tags != nil {
 		b.tags.Set(slog.String("sandbox_id", md.SandboxID), slog.String("template_id", md.TemplateID))
+	}
+	if b.ship != nil {
+		// An empty address (none published, or none after a resume) holds
+		// the records, bounded, until one is.
+		b.ship.SetTarget(logship.Target{Address: md.LogsAddress, InstanceID: md.SandboxID, EnvID: md.TemplateID})
+	}
+	for name, v := range map[string]string{runFileSandboxID: md.SandboxID, runFileTemplateID: md.TemplateID} {
+		if err := b.run.write(name, v); err != nil {
+			b.log.Warn("cannot write the sandbox's ids for code in the sandbox", "err", err)
+		}
 	}
 	b.log.Info("boot metadata from the MMDS", "logs_address", md.LogsAddress, "access_token_hash", md.AccessTokenHash != "")
 }

@@ -14,7 +14,9 @@ import (
 )
 
 // TestTypedEnds: the end says why the process ended and what it used;
-// an older Python SDK (User-Agent connect-python) gets neither field.
+// an older Python SDK (User-Agent connect-python) gets neither field: the
+// service always sends both, and the server's handler options
+// (internal/legacysdk) strip them for it.
 func TestTypedEnds(t *testing.T) {
 	t.Parallel()
 	s := processtest.New(t, processtest.Options{})
@@ -69,7 +71,8 @@ func TestTypedEnds(t *testing.T) {
 		t.Errorf("past its deadline: %v", e)
 	}
 
-	// An older Python SDK: the end as it knows it.
+	// An older Python SDK: the end as it knows it (internal/legacysdk has
+	// the strict checks of every procedure).
 	py := s.Client(t, processtest.ClientOptions{Codec: processtest.JSON, Header: http.Header{"User-Agent": {"connect-python/0.4"}}})
 	if e := start(t, py, &pb.StartRequest{Process: sh("exit 2")}).End(t, waitShort).End; e.GetReason() != 0 || e.GetUsage() != nil || e.GetExitCode() != 2 {
 		t.Errorf("connect-python: %v", e)

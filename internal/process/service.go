@@ -152,7 +152,7 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 	if err != nil {
 		return toConnectErr(err)
 	}
-	return s.streamEvents(ctx, p, rd, server.KeepaliveInterval(req.Header()), typedEnds(req.Header()), func(e *pb.ProcessEvent) error {
+	return s.streamEvents(ctx, p, rd, server.KeepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: e})
 	})
 }
@@ -168,7 +168,7 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 	if err != nil {
 		return toConnectErr(err)
 	}
-	return s.streamEvents(ctx, p, p.Follow(), server.KeepaliveInterval(req.Header()), typedEnds(req.Header()), func(e *pb.ProcessEvent) error {
+	return s.streamEvents(ctx, p, p.Follow(), server.KeepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
 		return stream.Send(&pb.ConnectResponse{Event: e})
 	})
 }
@@ -176,7 +176,7 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 // streamEvents sends start, then every output record rd reads, keepalives
 // while the process is quiet, and the end once its output is exhausted. It
 // owns send (only this goroutine writes to the stream) and closes rd.
-func (s *Service) streamEvents(ctx context.Context, p *Process, rd *Reader, keepalive time.Duration, typed bool, send func(*pb.ProcessEvent) error) error {
+func (s *Service) streamEvents(ctx context.Context, p *Process, rd *Reader, keepalive time.Duration, send func(*pb.ProcessEvent) error) error {
 	defer rd.Close()
 	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: p.Pid()}}}); err != nil {
 		return err
@@ -194,7 +194,7 @@ func (s *Service) streamEvents(ctx context.Context, p *Process, rd *Reader, keep
 		},
 		Pump: func() (bool, error) {
 			if eof {
-				return false, sendEnd(ctx, p, typed, send)
+				return false, sendEnd(ctx, p, send)
 			}
 			recs, err := rd.Read()
 			if lost, ok := errors.AsType[*outbuf.LostError](err); ok {
@@ -202,7 +202,7 @@ func (s *Service) streamEvents(ctx context.Context, p *Process, rd *Reader, keep
 			}
 			if err != nil { // io.EOF
 				eof = true
-				return false, sendEnd(ctx, p, typed, send)
+				return false, sendEnd(ctx, p, send)
 			}
 			recs, scratch = coalesce(recs, scratch)
 			for _, r := range recs {
@@ -279,16 +279,11 @@ func endReason(r EndReason) pb.ProcessEvent_EndReason {
 	return pb.ProcessEvent_END_REASON_UNSPECIFIED
 }
 
-// typedEnds tells whether a client may get the end's reason and usage:
-// not an older Python SDK (User-Agent connect-python), which refuses a
-// response with fields it does not know.
-func typedEnds(h http.Header) bool {
-	return !strings.HasPrefix(strings.ToLower(h.Get("User-Agent")), "connect-python")
-}
-
 // sendEnd sends the process's end once it is published, and returns
-// streamloop.Done; before, it returns nil (the loop waits for p.Done).
-func sendEnd(ctx context.Context, p *Process, typed bool, send func(*pb.ProcessEvent) error) error {
+// streamloop.Done; before, it returns nil (the loop waits for p.Done). The
+// end always has its reason and usage: an older Python SDK, which refuses
+// fields it does not know, gets them stripped by internal/legacysdk.
+func sendEnd(ctx context.Context, p *Process, send func(*pb.ProcessEvent) error) error {
 	ex, ok := p.Exit()
 	if !ok {
 		return nil
@@ -298,15 +293,13 @@ func sendEnd(ctx context.Context, p *Process, typed bool, send func(*pb.ProcessE
 	if ex.Code != 0 || !ex.Exited {
 		end.Error = &ex.Status
 	}
-	if typed {
-		end.Reason = endReason(ex.Reason)
-		if u := ex.Usage; u != nil {
-			end.Usage = &pb.ProcessEvent_ResourceUsage{
-				UserCpuUs:       uint64(u.UserCPU.Microseconds()),
-				SystemCpuUs:     uint64(u.SystemCPU.Microseconds()),
-				MaxRssBytes:     uint64(max(u.MaxRSS, 0)),
-				MemoryPeakBytes: uint64(max(u.MemoryPeak, 0)),
-			}
+	end.Reason = endReason(ex.Reason)
+	if u := ex.Usage; u != nil {
+		end.Usage = &pb.ProcessEvent_ResourceUsage{
+			UserCpuUs:       uint64(u.UserCPU.Microseconds()),
+			SystemCpuUs:     uint64(u.SystemCPU.Microseconds()),
+			MaxRssBytes:     uint64(max(u.MaxRSS, 0)),
+			MemoryPeakBytes: uint64(max(u.MemoryPeak, 0)),
 		}
 	}
 	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/envd-dev/envd/internal/auth"
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/legacysdk"
 )
 
 // UserInterceptor resolves the run-as user of every procedure, unary or
@@ -84,12 +85,14 @@ func (i *userInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 const MaxMessageBytes = 6 << 20
 
 // HandlerOptions are the options every Connect service of envd is built
-// with: panics are recovered and logged, the run-as user is resolved, and
-// messages are bounded by MaxMessageBytes.
+// with: panics are recovered and logged, the run-as user is resolved,
+// messages are bounded by MaxMessageBytes, and older Python SDKs get the
+// answers of process.Process and filesystem.Filesystem as they know them
+// (legacysdk; the other services pass through it).
 func HandlerOptions(logger *slog.Logger, d *defaults.Defaults) []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithReadMaxBytes(MaxMessageBytes),
-		connect.WithInterceptors(streamErrorLog(logger), UserInterceptor(d)),
+		connect.WithInterceptors(streamErrorLog(logger), UserInterceptor(d), legacysdk.Interceptor()),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, v any) error {
 			logger.Error("procedure panicked", "procedure", spec.Procedure, "panic", fmt.Sprint(v))
 			return connect.NewError(connect.CodeInternal, errors.New("internal error"))

@@ -150,9 +150,10 @@ func SharedDir(tb testing.TB) string {
 
 // CleanEnv is this process's environment without ENVD_* variables (which
 // envd reads as flags), plus ENVD_FORWARD_PORTS=false (an envd a test
-// starts must never forward the machine's addresses) and ENVD_MMDS_URL=off
-// (nor ask the real metadata address, which is not on this machine), plus extra
-// (KEY=VALUE), which may override it.
+// starts must never forward the machine's addresses), ENVD_MMDS_URL=off
+// (nor ask the real metadata address, which is not on this machine) and
+// ENVD_RUN_DIR= (nor write the machine's /run/e2b), plus extra (KEY=VALUE),
+// which may override it.
 func CleanEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -160,7 +161,7 @@ func CleanEnv(extra ...string) []string {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "ENVD_FORWARD_PORTS=false", "ENVD_MMDS_URL=off")
+	env = append(env, "ENVD_FORWARD_PORTS=false", "ENVD_MMDS_URL=off", "ENVD_RUN_DIR=")
 	return append(env, extra...)
 }
 

@@ -144,8 +144,9 @@ export async function startEnvd(opts = {}) {
   const codePort = opts.jupyter ? await freePort() : 0
   const codeUrl = opts.jupyter ? `http://127.0.0.1:${codePort}` : undefined
   // -forward-ports=false: never forward the machine's own addresses;
-  // -mmds-url off: never ask the real metadata address from a test.
-  const args = ['-host', '127.0.0.1', '-port', String(port), '-code-port', String(codePort), '-forward-ports=false', '-mmds-url', 'off']
+  // -mmds-url off: never ask the real metadata address from a test;
+  // -run-dir '': never write the machine's /run/e2b.
+  const args = ['-host', '127.0.0.1', '-port', String(port), '-code-port', String(codePort), '-forward-ports=false', '-mmds-url', 'off', '-run-dir', '']
   if (!opts.jupyter) args.push('-no-jupyter')
   if (STRICT) args.push('-strict-users')
   args.push('-log-level', process.env.ENVD_LOG_LEVEL || 'debug', ...(opts.args ?? []))

@@ -113,6 +113,9 @@ type startOptions struct {
 	// and /etc/group are copies with guest (guestUID, no sudo, home
 	// envd.guestHome) added. Needs root.
 	guest bool
+	// stdout, when set, gets envd's standard output apart from its
+	// standard error (envd.stderr): otherwise both go to envd.stderr.
+	stdout *syncBuffer
 	// netns runs envd in a network namespace of its own (unshare -n): lo,
 	// and the address netnsAddr, the sandbox's external address, on one
 	// end of a veth pair. Only the unix socket reaches envd from the
@@ -160,15 +163,15 @@ func launch(t *testing.T, o startOptions) *envd {
 		if !o.jupyter {
 			base = append(base, "-no-jupyter")
 		}
-		if !slices.Contains(args, "-cgroup-root") {
+		if !slices.Contains(args, "-cgroup-tree") {
 			// A cgroup tree of its own: envds sharing one remove each
 			// other's empty cgroups as they shut down.
-			base = append(base, "-cgroup-root", "envd-e2e-"+randomName())
+			base = append(base, "-cgroup-tree", "envd-e2e-"+randomName())
 		}
 		args = append(base, args...)
 	}
 	cgroupRoot := ""
-	if i := slices.Index(args, "-cgroup-root"); i >= 0 && i+1 < len(args) {
+	if i := slices.Index(args, "-cgroup-tree"); i >= 0 && i+1 < len(args) {
 		cgroupRoot = args[i+1]
 	}
 	e := &envd{
@@ -191,6 +194,9 @@ func launch(t *testing.T, o startOptions) *envd {
 	}
 	e.cmd.Env = cleanEnv(o.env...)
 	e.cmd.Stdout = e.stderr
+	if o.stdout != nil {
+		e.cmd.Stdout = o.stdout
+	}
 	e.cmd.Stderr = e.stderr
 	if err := e.cmd.Start(); err != nil {
 		t.Fatalf("start envd: %v", err)

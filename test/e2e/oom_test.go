@@ -45,7 +45,7 @@ func TestKernelOOMSaysSo(t *testing.T) {
 		t.Skip("no v1 memory hierarchy here")
 	}
 	root := "envd-oom-" + randomName()
-	e := startEnvd(t, startOptions{jupyter: true, args: []string{"-cgroup-root", root, "-warm-kernels", "python=0"}})
+	e := startEnvd(t, startOptions{jupyter: true, args: []string{"-cgroup-tree", root, "-warm-kernels", "python=0"}})
 	c := client.New(client.Options{Addr: e.url})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), codeTimeout)

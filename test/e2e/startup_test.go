@@ -238,7 +238,10 @@ func TestDockerfile(t *testing.T) {
 			froms = append(froms, in.args)
 			stage = len(froms)
 		case "RUN":
-			if stage == 1 && strings.Contains(in.args, "CGO_ENABLED=0 go build -trimpath -ldflags \"-s -w\"") && strings.Contains(in.args, "./cmd/envd") {
+			// Static and stripped, with the commit the binary reports
+			// stamped (the build context has no .git).
+			if stage == 1 && strings.Contains(in.args, "CGO_ENABLED=0 go build") && strings.Contains(in.args, "-trimpath") &&
+				strings.Contains(in.args, `-s -w -X github.com/envd-dev/envd/internal/buildinfo.commit=${ENVD_COMMIT}`) && strings.Contains(in.args, "./cmd/envd") {
 				staticBuild = true
 			}
 			if stage == 2 && installCopied != "" {
@@ -270,7 +273,7 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("stages %q; want golang:1.26-bookworm AS build, then debian:bookworm", froms)
 	}
 	if !staticBuild {
-		t.Error("the build stage does not build a static envd (CGO_ENABLED=0 go build -trimpath -ldflags \"-s -w\" ./cmd/envd)")
+		t.Error("the build stage does not build a static envd with its commit stamped (CGO_ENABLED=0 go build -trimpath -ldflags \"-s -w -X .../buildinfo.commit=${ENVD_COMMIT}\" ./cmd/envd)")
 	}
 	if installCopied == "" || !installRun {
 		t.Errorf("the image does not run scripts/install-deps.sh (copied to %q) with ENVD_INSTALL_FULL=1 ENVD_SKIP_COMPAT=1", installCopied)
