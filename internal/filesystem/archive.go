@@ -43,26 +43,36 @@ func (f *Files) WalkTree(u *identity.User, dir string, fn func(TreeEntry) error)
 	if err := checkPath(dir); err != nil {
 		return err
 	}
+	r := f.resolverFor(u)
 	return f.read(u, func() error {
-		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		fd, err := r.open(dir, unix.O_RDONLY|unix.O_DIRECTORY, false)
 		if err != nil {
 			if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
 				return newErr(ErrInvalid, nil, "path '%s' is not a directory", dir)
 			}
-			return osErr(u.Name, "read", dir, &os.PathError{Op: "open", Path: dir, Err: err})
+			return osErr(u.Name, "read", dir, pathErr("open", dir, err))
 		}
 		count := 0
-		return walkDir(u.Name, dir, fd, "", 0, &count, fn)
+		return walkDir(r, u.Name, dir, fd, "", 0, &count, fn)
 	})
 }
 
 // walkDir walks the directory open as fd (closing it), whose path relative
 // to the root is rel.
-func walkDir(user, root string, fd int, rel string, depth int, count *int, fn func(TreeEntry) error) error {
+func walkDir(r *resolver, user, root string, fd int, rel string, depth int, count *int, fn func(TreeEntry) error) error {
 	d := os.NewFile(uintptr(fd), path.Join(root, rel))
 	defer d.Close()
 	if depth > maxTreeDepth {
 		return newErr(ErrInvalid, nil, "%s is more than %d directories deep", d.Name(), maxTreeDepth)
+	}
+	// In a procfs, an entry may be envd's own /proc (ownproc.go): it is
+	// left out, as if it were not there.
+	inProc := false
+	if r.guard {
+		var err error
+		if inProc, err = isProc(fd); err != nil {
+			return osErr(user, "read", d.Name(), err)
+		}
 	}
 	for {
 		names, err := d.Readdirnames(1024)
@@ -78,6 +88,9 @@ func walkDir(user, root string, fd int, rel string, depth int, count *int, fn fu
 			}
 			e := TreeEntry{Rel: path.Join(rel, name)}
 			full := path.Join(root, e.Rel)
+			if inProc && r.ownEntry(fd, name) {
+				continue
+			}
 			if err := unix.Fstatat(fd, name, &e.Stat, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				if errors.Is(err, unix.ENOENT) {
 					continue // gone meanwhile
@@ -94,7 +107,7 @@ func walkDir(user, root string, fd int, rel string, depth int, count *int, fn fu
 					unix.Close(cfd)
 					return err
 				}
-				if err := walkDir(user, root, cfd, e.Rel, depth+1, count, fn); err != nil {
+				if err := walkDir(r, user, root, cfd, e.Rel, depth+1, count, fn); err != nil {
 					return err
 				}
 			case unix.S_IFREG:
@@ -161,8 +174,9 @@ var ErrArchive = errors.New("bad archive")
 // the user's write rights (Files.write) in both modes. dir is created if
 // missing (and its missing parents, as for an upload). Entries are
 // directories, regular files and symlinks; a name that is absolute or
-// climbs out of dir, a link whose target does, a hard link or device, or a
-// cut archive is refused (ErrArchive). Nothing in dir changes until the
+// climbs out of dir, a link whose target could lead out of it as the
+// kernel resolves it (linkInside), a hard link or device, or a cut archive
+// is refused (ErrArchive). Nothing in dir changes until the
 // whole archive has been written to a staging directory inside it: then
 // each entry is moved into place (files replace files; directories merge).
 // It returns how many entries were unpacked.
@@ -361,12 +375,38 @@ func entryName(name string) (string, error) {
 	return c, nil
 }
 
-// linkInside refuses a symlink at name whose target leaves the tree.
+// linkInside refuses a symlink at name whose target may lead out of the
+// tree, as the kernel resolves it. Lexical cleaning is not enough: the
+// kernel takes "L/.." as the parent of what L points to, not as ".", so
+// "L/../.." leads out when L is a link to the top, whatever path.Clean
+// says. The target is therefore read as written: its ".." must all come
+// first, and be no more than the directories above the link (the link's
+// directory is one the archive made, never a link: openParent), so they
+// go up real directories that stay inside; the names after them only go
+// down, each through a directory or through a link that obeys this rule
+// too. So every link an archive makes resolves inside the tree, in any
+// order of entries, and whatever later uploads replace (a link placed
+// by sandbox code itself is that code's own business).
 func linkInside(name, target string) error {
 	if target == "" || path.IsAbs(target) {
 		return fmt.Errorf("%w: link %s -> %q: absolute targets are refused", ErrArchive, name, target)
 	}
-	if c := path.Clean(path.Join(path.Dir(name), target)); c == ".." || strings.HasPrefix(c, "../") {
+	if len(target) >= unix.PathMax || strings.IndexByte(target, 0) >= 0 {
+		return fmt.Errorf("%w: link %s: a target must be shorter than %d bytes and hold no NUL byte", ErrArchive, name, unix.PathMax)
+	}
+	up, named := 0, false
+	for c := range strings.SplitSeq(target, "/") {
+		switch {
+		case c == "" || c == ".":
+		case c != "..":
+			named = true
+		case named:
+			return fmt.Errorf(`%w: link %s -> %q: ".." after a name is refused: the kernel goes up from wherever that name leads, which through a link can be outside the directory; write the target with its ".." first, such as "../x"`, ErrArchive, name, target)
+		default:
+			up++
+		}
+	}
+	if up > strings.Count(name, "/") {
 		return fmt.Errorf("%w: link %s -> %q points out of the directory", ErrArchive, name, target)
 	}
 	return nil
@@ -427,13 +467,16 @@ func mergeInto(user, dir string, sfd, dfd int, rel string) error {
 				return osErr(user, "write", full, err)
 			}
 			err = mergeInto(user, dir, csfd, cdfd, path.Join(rel, name))
+			if err == nil {
+				// Through the descriptor: the name may be a link by now.
+				if err = unix.Fchmod(cdfd, st.Mode&0o7777); err != nil {
+					err = osErr(user, "write", full, err)
+				}
+			}
 			unix.Close(csfd)
 			unix.Close(cdfd)
 			if err != nil {
 				return err
-			}
-			if err := unix.Fchmodat(dfd, name, st.Mode&0o7777, 0); err != nil {
-				return osErr(user, "write", full, err)
 			}
 		case thereDir:
 			return newErr(ErrExists, nil, "cannot replace the directory %s with a file", full)

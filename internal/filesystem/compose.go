@@ -57,15 +57,17 @@ func (f *Files) Compose(u *identity.User, sources []string, dst string) (Entry, 
 	}()
 	var dstStat unix.Stat_t
 	dstExists := unix.Stat(dst, &dstStat) == nil
+	r := f.resolverFor(u)
 	for _, s := range sources {
 		var fl *os.File
 		err := f.write(u, func() error {
-			fd, err := unix.Open(s, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+			// Through r: never envd's own /proc (ownproc.go).
+			fd, err := r.open(s, unix.O_RDONLY|unix.O_NONBLOCK, false)
 			if err != nil {
 				if errors.Is(err, unix.ELOOP) {
 					return newErr(ErrInvalid, nil, "source %s is a symbolic link, not a file", s)
 				}
-				return osErr(u.Name, "read", s, &os.PathError{Op: "open", Path: s, Err: err})
+				return osErr(u.Name, "read", s, pathErr("open", s, err))
 			}
 			fl = os.NewFile(uintptr(fd), s)
 			return nil

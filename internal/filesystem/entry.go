@@ -3,9 +3,7 @@ package filesystem
 import (
 	"errors"
 	"io/fs"
-	"os"
 	"os/user"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,8 +51,8 @@ type Entry struct {
 
 // describe builds the Entry of path from its lstat info. It runs inside
 // Files.read or Files.write: following the link and reading attributes are
-// done with the rights of the operation.
-func describe(path string, fi fs.FileInfo, names *nameCache) Entry {
+// done with the rights of the operation, through r (ownproc.go).
+func (r *resolver) describe(path string, fi fs.FileInfo, names *nameCache) Entry {
 	e := Entry{
 		Name:    fi.Name(),
 		Path:    path,
@@ -72,12 +70,12 @@ func describe(path string, fi fs.FileInfo, names *nameCache) Entry {
 	case m.IsDir():
 		e.Type, e.Perm = TypeDir, m.Perm()
 	case m&fs.ModeSymlink != 0:
-		target, err := filepath.EvalSymlinks(path)
-		if err != nil {
+		target, ti, ok := r.target(path)
+		if !ok {
 			target = path
 		}
 		e.SymlinkTarget = &target
-		if ti, err := os.Stat(path); err == nil {
+		if ok {
 			e.Perm = ti.Mode().Perm()
 			switch {
 			case ti.Mode().IsRegular():
@@ -87,17 +85,17 @@ func describe(path string, fi fs.FileInfo, names *nameCache) Entry {
 			}
 		}
 	}
-	e.Metadata = readMetadata(path)
+	e.Metadata = r.metadataOf(path)
 	return e
 }
 
 // lstatEntry describes path, or fails with the lstat error.
-func lstatEntry(path string, names *nameCache) (Entry, fs.FileInfo, error) {
-	fi, err := os.Lstat(path)
+func (r *resolver) lstatEntry(path string, names *nameCache) (Entry, fs.FileInfo, error) {
+	fi, err := r.lstat(path)
 	if err != nil {
 		return Entry{}, nil, err
 	}
-	return describe(path, fi, names), fi, nil
+	return r.describe(path, fi, names), fi, nil
 }
 
 // nameCache turns uids and gids into names, reading /etc/passwd and
@@ -192,15 +190,20 @@ func writeMetadata(fd int, md map[string]string) (ok bool, err error) {
 
 // readMetadata reads the metadata of path (not following a final symlink);
 // nil when there is none or it cannot be read.
-func readMetadata(path string) map[string]string {
-	names := xattrNames(path)
+func readMetadata(path string) map[string]string { return metadata(path, false) }
+
+// readMetadataFollow is readMetadata following a final symlink.
+func readMetadataFollow(path string) map[string]string { return metadata(path, true) }
+
+func metadata(path string, follow bool) map[string]string {
+	names := xattrNames(path, follow)
 	var md map[string]string
 	for _, n := range names {
 		key, ok := strings.CutPrefix(n, metadataPrefix)
 		if !ok || !utf8.ValidString(key) {
 			continue
 		}
-		v, err := getxattr(path, n)
+		v, err := getxattr(path, n, follow)
 		if err != nil || !utf8.Valid(v) {
 			continue
 		}
@@ -212,12 +215,16 @@ func readMetadata(path string) map[string]string {
 	return md
 }
 
-func xattrNames(path string) []string {
+func xattrNames(path string, follow bool) []string {
+	list := unix.Llistxattr
+	if follow {
+		list = unix.Listxattr
+	}
 	buf := make([]byte, 1024)
 	for range 3 {
-		n, err := unix.Llistxattr(path, buf)
+		n, err := list(path, buf)
 		if errors.Is(err, unix.ERANGE) {
-			size, err := unix.Llistxattr(path, nil)
+			size, err := list(path, nil)
 			if err != nil {
 				return nil
 			}
@@ -242,12 +249,16 @@ func xattrNames(path string) []string {
 	return nil
 }
 
-func getxattr(path, name string) ([]byte, error) {
+func getxattr(path, name string, follow bool) ([]byte, error) {
+	get := unix.Lgetxattr
+	if follow {
+		get = unix.Getxattr
+	}
 	buf := make([]byte, 256)
 	for range 3 {
-		n, err := unix.Lgetxattr(path, name, buf)
+		n, err := get(path, name, buf)
 		if errors.Is(err, unix.ERANGE) {
-			size, err := unix.Lgetxattr(path, name, nil)
+			size, err := get(path, name, nil)
 			if err != nil {
 				return nil, err
 			}

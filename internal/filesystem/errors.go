@@ -61,6 +61,9 @@ func kindOf(err error) error {
 // what could not be done to which path, and for whom when permission was the
 // problem.
 func osErr(userName, what, path string, err error) error {
+	if ke := (*errkind.Error)(nil); errors.As(err, &ke) {
+		return err // says what it is already (as envd's own /proc does: ownproc.go)
+	}
 	kind := kindOf(err)
 	cause := err
 	var pe *fs.PathError

@@ -134,9 +134,10 @@ func (f *Files) Stat(u *identity.User, path string) (Entry, error) {
 		return Entry{}, err
 	}
 	var e Entry
+	r := f.resolverFor(u)
 	err := f.read(u, func() error {
 		var err error
-		e, _, err = lstatEntry(path, newNameCache())
+		e, _, err = r.lstatEntry(path, newNameCache())
 		if err != nil {
 			if kindOf(err) == ErrNotFound {
 				return newErr(ErrNotFound, err, "file not found: %v", err)
@@ -178,9 +179,10 @@ func (f *Files) MakeDir(u *identity.User, path string) (Entry, error) {
 		return Entry{}, err
 	}
 	var e Entry
+	r := f.resolverFor(u)
 	err = f.read(u, func() error {
 		var err error
-		e, _, err = lstatEntry(path, newNameCache())
+		e, _, err = r.lstatEntry(path, newNameCache())
 		if err != nil {
 			return osErr(u.Name, "access", path, err)
 		}
@@ -251,6 +253,7 @@ func (f *Files) Move(u *identity.User, src, dst string) (Entry, error) {
 		return Entry{}, err
 	}
 	var e Entry
+	r := f.resolverFor(u)
 	err = f.write(u, func() error {
 		if err := os.Rename(src, dst); err != nil {
 			var le *os.LinkError
@@ -273,7 +276,7 @@ func (f *Files) Move(u *identity.User, src, dst string) (Entry, error) {
 			}
 		}
 		var err error
-		e, _, err = lstatEntry(dst, newNameCache())
+		e, _, err = r.lstatEntry(dst, newNameCache())
 		if err != nil {
 			return osErr(u.Name, "access", dst, err)
 		}
@@ -295,8 +298,9 @@ func (f *Files) ListDir(u *identity.User, dir string, depth uint32) ([]Entry, er
 		depth = 1
 	}
 	var out []Entry
+	r := f.resolverFor(u)
 	err := f.read(u, func() error {
-		fi, err := os.Stat(dir)
+		fi, err := r.stat(dir)
 		if err != nil {
 			switch kindOf(err) {
 			case ErrNotFound:
@@ -312,7 +316,7 @@ func (f *Files) ListDir(u *identity.User, dir string, depth uint32) ([]Entry, er
 		names := newNameCache()
 		var walk func(d string, level uint32, root bool) error
 		walk = func(d string, level uint32, root bool) error {
-			des, err := os.ReadDir(d)
+			des, err := r.readDir(d)
 			if err != nil {
 				if root {
 					return osErr(u.Name, "list", d, err)
@@ -321,9 +325,9 @@ func (f *Files) ListDir(u *identity.User, dir string, depth uint32) ([]Entry, er
 			}
 			for _, de := range des {
 				p := filepath.Join(d, de.Name())
-				e, fi, err := lstatEntry(p, names)
+				e, fi, err := r.lstatEntry(p, names)
 				if err != nil {
-					continue // vanished
+					continue // vanished, or envd's own /proc (ownproc.go)
 				}
 				if len(out) >= f.opts.MaxListEntries {
 					return newErr(ErrInvalid, nil, "more than %d entries below %s: ask for a smaller depth", f.opts.MaxListEntries, dir)

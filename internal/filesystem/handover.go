@@ -97,10 +97,11 @@ func (w *Watch) closeForHandover() {
 		w.rawMu.Unlock()
 		if len(batch) > 0 && !w.failed() {
 			var out []Event
+			r := w.f.resolverFor(w.u)
 			err := w.f.read(w.u, func() error {
 				names := newNameCache()
 				for _, ev := range batch {
-					w.convert(ev, names, &out)
+					w.convert(r, ev, names, &out)
 				}
 				return nil
 			})

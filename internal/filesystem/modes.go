@@ -13,9 +13,11 @@ import (
 // The two modes (Options.StrictUsers).
 //
 // Strict: every operation runs in identity.User.DoStrict, with exactly the
-// rights the user has in a shell: no capability is left, so a user cannot
-// read another user's /proc/PID/maps, nor anything else a shell as that
-// user could not.
+// rights the user has in a shell: no capability is effective, so a user
+// cannot read another user's /proc/PID/maps, nor anything else a shell as
+// that user could not. The one place the kernel lets the thread further,
+// envd's own /proc, every read of a user but root reaches through a
+// resolver that refuses it (ownproc.go).
 //
 // Default, upstream's visible behaviour:
 //   - reads (Stat, ListDir, Open, Watch) run as envd, root: upstream reads

@@ -25,8 +25,9 @@ func (f *Files) Open(u *identity.User, path string) (*os.File, error) {
 		return nil, err
 	}
 	var file *os.File
+	r := f.resolverFor(u)
 	err := f.read(u, func() error {
-		fi, err := os.Stat(path)
+		fl, fi, err := r.openFile(path)
 		if err != nil {
 			if kindOf(err) == ErrNotFound {
 				return newErr(ErrNotFound, err, "path '%s' does not exist", path)
@@ -39,11 +40,7 @@ func (f *Files) Open(u *identity.User, path string) (*os.File, error) {
 		if !fi.Mode().IsRegular() {
 			return newErr(ErrInvalid, nil, "path '%s' is not a regular file", path)
 		}
-		// O_NONBLOCK: should path become a fifo meanwhile, open must not hang.
-		file, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NOCTTY|syscall.O_NONBLOCK, 0)
-		if err != nil {
-			return osErr(u.Name, "read", path, err)
-		}
+		file = fl
 		return nil
 	})
 	return file, err

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -124,8 +123,9 @@ func (f *Files) Watch(u *identity.User, dir string, o WatchOptions) (*Watch, err
 		f.limits.dropWatch()
 		return nil, err
 	}
+	r := f.resolverFor(u)
 	err := f.read(u, func() error {
-		fi, err := os.Stat(w.root)
+		fi, err := r.stat(w.root)
 		if err != nil {
 			if kindOf(err) == ErrNotFound {
 				return newErr(ErrNotFound, err, "path %s not found: %v", dir, err)
@@ -137,13 +137,13 @@ func (f *Files) Watch(u *identity.User, dir string, o WatchOptions) (*Watch, err
 		}
 		if !o.AllowNetworkMounts {
 			var st unix.Statfs_t
-			if err := unix.Statfs(w.root, &st); err == nil {
+			if err := r.statfs(w.root, &st); err == nil {
 				if name, ok := networkFS[int64(st.Type)]; ok {
 					return newErr(ErrInvalid, nil, "cannot watch path on network filesystem: %s is on %s, where changes made elsewhere are not seen; allow network mounts to watch it anyway", dir, name)
 				}
 			}
 		}
-		return w.addTree(w.root, true, nil, nil)
+		return w.addTree(r, w.root, true, nil, nil)
 	})
 	if err != nil {
 		w.dropAll()
@@ -266,6 +266,7 @@ func (w *Watch) pump() {
 			return
 		}
 		var out []Event
+		r := w.f.resolverFor(w.u)
 		err := w.f.read(w.u, func() error {
 			names := newNameCache()
 			for _, ev := range batch {
@@ -274,7 +275,7 @@ func (w *Watch) pump() {
 				if seen(ev) && ev.Op&(fsnotify.Chmod|fsnotify.Rename) != 0 {
 					continue
 				}
-				w.convert(ev, names, &out)
+				w.convert(r, ev, names, &out)
 			}
 			return nil
 		})
@@ -298,23 +299,24 @@ func (w *Watch) pump() {
 
 // convert appends the events one notification stands for, in the order
 // create, rename, chmod, write, remove. It runs inside Files.read.
-func (w *Watch) convert(ev fsnotify.Event, names *nameCache, out *[]Event) {
+func (w *Watch) convert(r *resolver, ev fsnotify.Event, names *nameCache, out *[]Event) {
 	if IsTemp(ev.Name) {
 		return
 	}
 	name := w.rel(ev.Name)
 	if ev.Has(fsnotify.Create) {
-		fi, err := os.Lstat(ev.Name)
+		fi, err := r.lstat(ev.Name)
 		if err != nil {
-			// Gone already (moved or removed): report what can be known.
+			// Gone already (moved or removed), or envd's own /proc
+			// (ownproc.go): report what can be known.
 			*out = append(*out, Event{Name: name, Type: EventCreate})
 			if w.f.commits.hasPath(ev.Name) {
 				*out = append(*out, Event{Name: name, Type: EventWrite})
 			}
 		} else {
-			w.emitCreated(ev.Name, name, fi, names, out)
+			w.emitCreated(r, ev.Name, name, fi, names, out)
 			if w.opts.Recursive && fi.IsDir() {
-				if err := w.addTree(ev.Name, false, names, out); err != nil {
+				if err := w.addTree(r, ev.Name, false, names, out); err != nil {
 					w.fail(err)
 				}
 			}
@@ -325,10 +327,10 @@ func (w *Watch) convert(ev fsnotify.Event, names *nameCache, out *[]Event) {
 		w.dropTree(ev.Name)
 	}
 	if ev.Has(fsnotify.Chmod) {
-		*out = append(*out, w.event(ev.Name, name, EventChmod, names))
+		*out = append(*out, w.event(r, ev.Name, name, EventChmod, names))
 	}
 	if ev.Has(fsnotify.Write) {
-		*out = append(*out, w.event(ev.Name, name, EventWrite, names))
+		*out = append(*out, w.event(r, ev.Name, name, EventWrite, names))
 	}
 	if ev.Has(fsnotify.Remove) {
 		*out = append(*out, Event{Name: name, Type: EventRemove})
@@ -338,10 +340,10 @@ func (w *Watch) convert(ev fsnotify.Event, names *nameCache, out *[]Event) {
 
 // emitCreated reports a path that appeared; a file an upload just put in
 // place is also reported written.
-func (w *Watch) emitCreated(path, name string, fi fs.FileInfo, names *nameCache, out *[]Event) {
+func (w *Watch) emitCreated(r *resolver, path, name string, fi fs.FileInfo, names *nameCache, out *[]Event) {
 	ev := Event{Name: name, Type: EventCreate}
 	if w.opts.IncludeEntry {
-		e := describe(path, fi, names)
+		e := r.describe(path, fi, names)
 		ev.Entry = &e
 	}
 	*out = append(*out, ev)
@@ -351,10 +353,10 @@ func (w *Watch) emitCreated(path, name string, fi fs.FileInfo, names *nameCache,
 	}
 }
 
-func (w *Watch) event(path, name string, t EventType, names *nameCache) Event {
+func (w *Watch) event(r *resolver, path, name string, t EventType, names *nameCache) Event {
 	ev := Event{Name: name, Type: t}
 	if w.opts.IncludeEntry {
-		if e, _, err := lstatEntry(path, names); err == nil {
+		if e, _, err := r.lstatEntry(path, names); err == nil {
 			ev.Entry = &e
 		}
 	}
@@ -376,7 +378,15 @@ func (w *Watch) rel(path string) string {
 // strict mode a directory u may not read is not watched. Only an error on the root, or
 // running out of inotify watches or of envd's MaxWatchedDirs, is returned;
 // other directories that cannot be watched (gone, unreadable) are skipped.
-func (w *Watch) addTree(dir string, root bool, names *nameCache, out *[]Event) error {
+func (w *Watch) addTree(r *resolver, dir string, root bool, names *nameCache, out *[]Event) error {
+	// Not a directory of envd's own /proc (ownproc.go): the root as the
+	// request named it, a directory below as it is (never a link).
+	if err := r.check(dir, root); err != nil {
+		if root {
+			return osErr(w.u.Name, "watch", dir, err)
+		}
+		return nil
+	}
 	counted := w.dirs[dir]
 	if !counted {
 		if err := w.f.limits.addDir(w.root, dir); err != nil {
@@ -401,7 +411,7 @@ func (w *Watch) addTree(dir string, root bool, names *nameCache, out *[]Event) e
 	if !w.opts.Recursive {
 		return nil
 	}
-	des, err := os.ReadDir(dir)
+	des, err := r.readDir(dir)
 	if err != nil {
 		return nil
 	}
@@ -411,14 +421,14 @@ func (w *Watch) addTree(dir string, root bool, names *nameCache, out *[]Event) e
 			continue
 		}
 		if out != nil {
-			fi, err := os.Lstat(p)
+			fi, err := r.lstat(p)
 			if err != nil {
 				continue
 			}
-			w.emitCreated(p, w.rel(p), fi, names, out)
+			w.emitCreated(r, p, w.rel(p), fi, names, out)
 		}
 		if de.IsDir() {
-			if err := w.addTree(p, false, names, out); err != nil {
+			if err := w.addTree(r, p, false, names, out); err != nil {
 				return err
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/envd-dev/envd/internal/auth"
 	"github.com/envd-dev/envd/internal/testutil"
 )
 
@@ -216,4 +217,55 @@ func lookupUID(t *testing.T, name string) uint32 {
 	}
 	n, _ := strconv.Atoi(u.Uid)
 	return uint32(n)
+}
+
+// The issue's archive: L climbs to the top of the directory (lexically
+// inside), and esc climbs through L to /etc (lexically inside too). It is
+// refused with a message, and nothing is unpacked or reachable outside.
+func TestTarLinkEscape(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	dst := filepath.Join(testutil.WorkDir(t), "up")
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, d := range []string{"a/", "a/b/", "a/b/c/", "a/b/c/d/", "a/b/c/d/e/", "a/b/c/d/e/f/"} {
+		tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755})
+	}
+	tw.WriteHeader(&tar.Header{Name: "a/b/c/d/e/f/L", Typeflag: tar.TypeSymlink, Linkname: "../../../../../.."})
+	tw.WriteHeader(&tar.Header{Name: "esc", Typeflag: tar.TypeSymlink, Linkname: "a/b/c/d/e/f/L/../../../../../../../etc"})
+	tw.Close()
+	r := e.do(t, "POST", "/files", q("path", dst, "username", "user"), hdr("Content-Type", "application/x-tar"), &b)
+	wantError(t, r, 400, `link esc -> "a/b/c/d/e/f/L/../../../../../../../etc"`, `".." after a name`)
+	if entries, _ := os.ReadDir(dst); len(entries) != 0 {
+		t.Errorf("a refused archive left %v", entries)
+	}
+}
+
+// A URL signed for writing one file does not unpack an archive (403, and
+// nothing written); the same URL still writes the file.
+func TestSignedWriteIsNotArchive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	dir := testutil.WorkDir(t)
+	e.token.Set("secret-token")
+	target := dir + "/up.txt"
+	signed := q("path", target, "username", "user", "signature", auth.Sign(target, "write", "user", "secret-token", 0))
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: "x", Typeflag: tar.TypeReg, Mode: 0o644, Size: 2})
+	tw.Write([]byte("hi"))
+	tw.Close()
+	r := e.do(t, "POST", "/files", signed, hdr("Content-Type", "application/x-tar"), bytes.NewReader(b.Bytes()))
+	wantError(t, r, 403, "a signed URL authorizes writing one file, not unpacking an archive")
+	if _, err := os.Lstat(target); !os.IsNotExist(err) {
+		t.Errorf("the refused archive made %s: %v", target, err)
+	}
+	// With the token, the archive is unpacked.
+	if r := e.do(t, "POST", "/files", q("path", dir+"/tree", "username", "user"), hdr("Content-Type", "application/x-tar", "X-Access-Token", "secret-token"), bytes.NewReader(b.Bytes())); r.status != 200 || read(t, dir+"/tree/x") != "hi" {
+		t.Fatalf("tar upload with the token: %d %s", r.status, r.body)
+	}
+	// The plain signed write still works.
+	if r := e.do(t, "POST", "/files", signed, hdr("Content-Type", "application/octet-stream"), strings.NewReader("file")); r.status != 200 || read(t, target) != "file" {
+		t.Fatalf("signed write: %d %s", r.status, r.body)
+	}
 }

@@ -6,3 +6,6 @@ func HoldLock(h *Hooks) (release func()) {
 	h.mu.Lock()
 	return h.mu.Unlock
 }
+
+// RunMount runs a mount command as NFSMounter does.
+var RunMount = runMount

@@ -26,24 +26,29 @@ import (
 // X-Access-Token header, or a signature over path, operation and username.
 // A signature binds the exact path query parameter: with one, a multipart
 // upload writes every part there, never to the parts' filenames; one made
-// for an empty path authorizes nothing (auth.ErrSignatureNoPath).
-func (a *API) authorizeFiles(r *http.Request, operation string) error {
+// for an empty path authorizes nothing (auth.ErrSignatureNoPath). signed
+// tells that the signature authorized the request: it covers the one
+// operation it names (reading or writing a file), nothing more.
+func (a *API) authorizeFiles(r *http.Request, operation string) (signed bool, err error) {
 	if !a.o.Token.IsSet() {
-		return nil
+		return false, nil
 	}
 	if h := r.Header.Get("X-Access-Token"); h != "" {
 		if a.o.Token.Match(h) {
-			return nil
+			return false, nil
 		}
-		return errors.New(server.TokenError(true))
+		return false, errors.New(server.TokenError(true))
 	}
 	q := r.URL.Query()
 	if q.Get("signature") == "" {
 		// Signatures are for URLs handed to others: a client that gave
 		// none learns about the token first.
-		return fmt.Errorf("%s, or sign the URL (signature and signature_expiration query parameters)", server.TokenError(false))
+		return false, fmt.Errorf("%s, or sign the URL (signature and signature_expiration query parameters)", server.TokenError(false))
 	}
-	return a.o.Token.CheckSignature(q.Get("signature"), q.Get("path"), operation, q.Get("username"), q.Get("signature_expiration"), a.o.Now())
+	if err := a.o.Token.CheckSignature(q.Get("signature"), q.Get("path"), operation, q.Get("username"), q.Get("signature_expiration"), a.o.Now()); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // filesUser is the user a /files request acts as: ?username=, else the
@@ -64,23 +69,25 @@ func (a *API) filesUser(r *http.Request) (*identity.User, error) {
 }
 
 // begin does what every /files request starts with: authorization and the
-// user. It writes the error and returns nil when the request must stop.
-func (a *API) begin(w http.ResponseWriter, r *http.Request, operation string) *identity.User {
-	if err := a.authorizeFiles(r, operation); err != nil {
+// user. It writes the error and returns nil when the request must stop;
+// signed tells that a signature, not the token, authorized it.
+func (a *API) begin(w http.ResponseWriter, r *http.Request, operation string) (u *identity.User, signed bool) {
+	signed, err := a.authorizeFiles(r, operation)
+	if err != nil {
 		status := http.StatusUnauthorized
 		if errors.Is(err, auth.ErrSignatureNoPath) {
 			// Authenticated enough to know it cannot be allowed.
 			status = http.StatusForbidden
 		}
 		server.WriteError(w, status, err.Error())
-		return nil
+		return nil, false
 	}
-	u, err := a.filesUser(r)
+	u, err = a.filesUser(r)
 	if err != nil {
 		server.WriteError(w, http.StatusUnauthorized, err.Error())
-		return nil
+		return nil, false
 	}
-	return u
+	return u, signed
 }
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
@@ -89,7 +96,7 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }
 // prefers it, else with Range and conditional requests (http.ServeContent).
 // Memory use does not depend on the file's size.
 func (a *API) download(w http.ResponseWriter, r *http.Request) {
-	u := a.begin(w, r, "read")
+	u, _ := a.begin(w, r, "read")
 	if u == nil {
 		return
 	}
@@ -317,11 +324,11 @@ func badRequest(format string, args ...any) *httpError {
 // required) or the "file" parts of a multipart body, each written atomically.
 // The body may be gzip-compressed (Content-Encoding) and sent chunked.
 func (a *API) upload(w http.ResponseWriter, r *http.Request) {
-	u := a.begin(w, r, "write")
+	u, signed := a.begin(w, r, "write")
 	if u == nil {
 		return
 	}
-	out, err := a.receive(u, r)
+	out, err := a.receive(u, r, signed)
 	if err != nil {
 		var he *httpError
 		if errors.As(err, &he) {
@@ -336,7 +343,15 @@ func (a *API) upload(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(out)
 }
 
-func (a *API) receive(u *identity.User, r *http.Request) ([]written, error) {
+// errSignedArchive refuses an archive upload authorized by a signature: the
+// signature format (upstream's) names only "read" or "write", and a URL
+// signed to write one file must not unpack a tree of them.
+var errSignedArchive = &httpError{status: http.StatusForbidden,
+	msg: "a signed URL authorizes writing one file, not unpacking an archive: send the archive with the X-Access-Token header, or upload it as a file (application/octet-stream)"}
+
+// receive writes the body of an upload as u; signed tells that a signature
+// authorized it, which an archive upload is refused.
+func (a *API) receive(u *identity.User, r *http.Request, signed bool) ([]written, error) {
 	body := io.Reader(r.Body)
 	switch ce := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); ce {
 	case "", "identity":
@@ -362,6 +377,9 @@ func (a *API) receive(u *identity.User, r *http.Request) ([]written, error) {
 	query := r.URL.Query().Get("path")
 	switch {
 	case mt == "application/x-tar":
+		if signed {
+			return nil, errSignedArchive
+		}
 		if query == "" {
 			return nil, badRequest("path query parameter is required for a tar upload: the directory to unpack it in")
 		}

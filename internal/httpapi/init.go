@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -199,6 +201,11 @@ func (a *API) checkInitToken(ctx context.Context, p *initPlan) (int, string) {
 // checkInit checks every field but the token, and plans the volumes.
 func (a *API) checkInit(p *initPlan) (int, string) {
 	req := p.req
+	if req.EnvVars != nil {
+		if err := checkEnvVars(*req.EnvVars); err != nil {
+			return http.StatusBadRequest, err.Error()
+		}
+	}
 	if req.DefaultUser != nil && *req.DefaultUser != "" {
 		if _, err := identity.Lookup(*req.DefaultUser); err != nil {
 			return http.StatusBadRequest, fmt.Sprintf("defaultUser '%s': %v", *req.DefaultUser, err)
@@ -246,6 +253,27 @@ func (a *API) checkInit(p *initPlan) (int, string) {
 	}
 	p.volumes = plans
 	return 0, ""
+}
+
+// checkEnvVars refuses variables no process could be started with: execve
+// takes "NAME=value" strings ending in NUL, so a name cannot be empty or
+// hold "=" or NUL, and a value cannot hold NUL. The first bad one, by
+// name, is named.
+func checkEnvVars(vars map[string]string) error {
+	const why = "no process could be started with it"
+	for _, name := range slices.Sorted(maps.Keys(vars)) {
+		switch {
+		case name == "":
+			return fmt.Errorf("envVars: a variable has an empty name: %s; name it", why)
+		case strings.IndexByte(name, 0) >= 0:
+			return fmt.Errorf("envVars: the name %q holds a NUL byte: %s", name, why)
+		case strings.IndexByte(name, '=') >= 0:
+			return fmt.Errorf("envVars: the name %q holds \"=\": %s; a name ends at its first \"=\"", name, why)
+		case strings.IndexByte(vars[name], 0) >= 0:
+			return fmt.Errorf("envVars: the value of %q holds a NUL byte: %s", name, why)
+		}
+	}
+	return nil
 }
 
 // applySystem makes /init's changes to the machine: the trust store, the

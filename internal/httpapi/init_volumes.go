@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,8 +43,10 @@ type Mounter interface {
 	// Check tells why no NFS mount can be made at all (the helper that
 	// mounts NFS is not installed); nil when they can.
 	Check() error
-	// Mount mounts the export target ("host:/export") at path, an
-	// existing directory.
+	// Mount mounts the export target ("host:/export") at path, an empty
+	// directory only root can change (not the volume's mount point: envd
+	// then moves the mount from there onto the directory it checked,
+	// through a descriptor, so that no path is resolved again).
 	Mount(ctx context.Context, target, path string) error
 }
 
@@ -126,10 +129,16 @@ func runMount(ctx context.Context, argv ...string) error {
 }
 
 // systemDirs are paths a volume may not be mounted on (the system would
-// lose them), and under sysTrees none either.
+// lose them), though in a directory of its own under them it may;
+// systemTrees are the system's whole: nothing may be mounted on them or
+// anywhere in them (a volume would replace the system's programs,
+// libraries, configuration, package or scheduler state: a volume over
+// /etc/cron.d or /usr/local/bin is code that root runs). Under sysTrees
+// (the kernel's) nothing may be mounted either.
 var (
-	systemDirs = []string{"/bin", "/boot", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",
-		"/mnt", "/opt", "/root", "/run", "/sbin", "/srv", "/tmp", "/usr", "/var"}
+	systemDirs  = []string{"/home", "/media", "/mnt", "/opt", "/root", "/srv", "/tmp", "/var"}
+	systemTrees = []string{"/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/run", "/sbin", "/usr",
+		"/var/backups", "/var/cache", "/var/lib", "/var/lock", "/var/log", "/var/mail", "/var/run", "/var/spool"}
 	sysTrees = []string{"/proc", "/sys", "/dev"}
 )
 
@@ -215,6 +224,14 @@ func checkMountPath(p string) error {
 	for _, d := range systemDirs {
 		if p == d {
 			return fmt.Errorf("%s is the system's: mount the volume in a directory of its own under it, such as %s/data", d, d)
+		}
+	}
+	for _, d := range systemTrees {
+		if p == d {
+			return fmt.Errorf("%s is the system's, and so is everything in it: mount the volume elsewhere, such as /mnt/data", d)
+		}
+		if strings.HasPrefix(p, d+"/") {
+			return fmt.Errorf("it is inside %s, which the system needs: mount the volume in a directory of its own elsewhere, such as /mnt/data", d)
 		}
 	}
 	for _, d := range sysTrees {
@@ -308,65 +325,190 @@ func mountVolumes(ctx context.Context, m Mounter, plans []volumePlan, lifecycle 
 	return made, errors.Join(errs...)
 }
 
+// mountVolume mounts one volume. Sandbox code may own directories on the
+// way to the mount point and swap any of their names for a link while
+// envd works (renameat2 RENAME_EXCHANGE), so no path string is resolved
+// twice: the mount point is reached from "/" one name at a time without
+// following a link, and held as a descriptor; mount(8) (and mount.nfs,
+// which resolves its mount point again, even /proc/self/fd/N) mounts on a
+// staging directory only root can change; that mount is then cloned
+// (open_tree) and attached on the descriptor (move_mount), and the
+// staging one detached.
 func mountVolume(ctx context.Context, m Mounter, p volumePlan) error {
 	path := p.vol.Path
+	parent, name, err := openMountParent(path)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(parent)
 	if p.unmount {
-		if err := unmount(path); err != nil {
+		if err := unmountAt(parent, name); err != nil {
 			return fmt.Errorf("unmount the mount of an earlier lifecycle: %w", err)
 		}
 	}
-	// Root must not follow a link sandbox code planted on the way: not
-	// to create directories, not to mount.
-	if err := noLinks(path); err != nil {
+	dir, err := openDirAt(parent, name, path)
+	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(path, 0o755); err != nil {
-		return fmt.Errorf("create the mount point: %w", err)
-	}
-	if real, err := filepath.EvalSymlinks(path); err != nil || real != path {
-		return fmt.Errorf("the mount point must have no symbolic link on its way (it resolves to %q)", real)
-	}
-	if st, err := os.Stat(path); err != nil || !st.IsDir() {
-		return fmt.Errorf("the mount point is not a directory")
-	}
-	return m.Mount(ctx, p.vol.NFSTarget, path)
+	defer unix.Close(dir)
+	return mountOn(ctx, m, p.vol.NFSTarget, dir, path)
 }
 
-// noLinks checks that no existing directory on the way to path is a
-// symbolic link or not a directory.
-func noLinks(path string) error {
-	for p := ""; ; {
-		next, _, more := strings.Cut(strings.TrimPrefix(path[len(p):], "/"), "/")
-		p += "/" + next
-		st, err := os.Lstat(p)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil // created from here on
+// openMountParent opens the directory above path (an O_PATH descriptor),
+// from "/" one name at a time without following a link, creating the
+// missing directories (root's, 0755) on the way; it returns it and path's
+// last name.
+func openMountParent(path string) (int, string, error) {
+	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, "", fmt.Errorf("the mount point: open /: %w", err)
+	}
+	names := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	walked := ""
+	for _, n := range names[:len(names)-1] {
+		walked += "/" + n
+		next, err := openDirAt(fd, n, walked)
+		unix.Close(fd)
+		if err != nil {
+			return -1, "", err
+		}
+		fd = next
+	}
+	return fd, names[len(names)-1], nil
+}
+
+// openDirAt opens the directory name in the directory parent (an O_PATH
+// descriptor), creating it (root's, 0755) when missing; a link or
+// anything else than a directory there is refused. full is its path, for
+// messages.
+func openDirAt(parent int, name, full string) (int, error) {
+	for range 3 { // made, then swapped for nothing by sandbox code: again
+		fd, err := unix.Openat(parent, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			if err := unix.Mkdirat(parent, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				return -1, fmt.Errorf("create the mount point: mkdir %s: %w", full, err)
+			}
+			continue
 		}
 		if err != nil {
-			return fmt.Errorf("the mount point: %w", err)
+			return -1, fmt.Errorf("the mount point: open %s: %w", full, err)
 		}
-		if st.Mode()&os.ModeSymlink != 0 {
-			return fmt.Errorf("the mount point must have no symbolic link on its way (%s is one)", p)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("the mount point: stat %s: %w", full, err)
 		}
-		if !st.IsDir() {
-			return fmt.Errorf("the mount point must be a directory (%s is not one)", p)
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			return fd, nil
+		case unix.S_IFLNK:
+			unix.Close(fd)
+			return -1, fmt.Errorf("the mount point must have no symbolic link on its way (%s is one)", full)
 		}
-		if !more {
-			return nil
-		}
+		unix.Close(fd)
+		return -1, fmt.Errorf("the mount point must be a directory (%s is not one)", full)
 	}
+	return -1, fmt.Errorf("create the mount point: %s keeps disappearing", full)
 }
 
-// unmount detaches the topmost mount at path: forced (an NFS server of an
-// earlier lifecycle is gone, its requests fail at once), else lazily (a
-// process still holds a file in it).
-func unmount(path string) error {
-	err := unix.Unmount(path, unix.MNT_FORCE|unix.UMOUNT_NOFOLLOW)
+// fdPath names the entry name of the directory open as fd, for the calls
+// that take a path only (umount2): /proc resolves the descriptor itself,
+// not a path that could have changed.
+func fdPath(fd int, name string) string {
+	return "/proc/self/fd/" + strconv.Itoa(fd) + "/" + name
+}
+
+// unmountAt detaches the topmost mount at name in the directory parent:
+// forced (an NFS server of an earlier lifecycle is gone, its requests fail
+// at once), else lazily (a process still holds a file in it).
+func unmountAt(parent int, name string) error {
+	p := fdPath(parent, name)
+	err := unix.Unmount(p, unix.MNT_FORCE|unix.UMOUNT_NOFOLLOW)
 	if errors.Is(err, unix.EBUSY) {
-		err = unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		err = unix.Unmount(p, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 	}
 	if errors.Is(err, unix.EINVAL) { // not a mount point any more
 		return nil
 	}
 	return err
+}
+
+// mountOn has m mount target on a staging directory, then attaches that
+// mount on the directory open as dir (path is its name, for messages).
+func mountOn(ctx context.Context, m Mounter, target string, dir int, path string) error {
+	stage, err := makeStage()
+	if err != nil {
+		return fmt.Errorf("make a staging directory for the mount: %w", err)
+	}
+	defer os.Remove(stage)
+	// A private mount of its own, so that the NFS mount made in it is not
+	// propagated to other mount namespaces before it is in place.
+	if err := unix.Mount(stage, stage, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind the staging directory for the mount: %w", err)
+	}
+	defer detachAll(stage)
+	if err := unix.Mount("", stage, "", unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make the staging directory private: %w", err)
+	}
+	before, err := mountID(stage)
+	if err != nil {
+		return err
+	}
+	if err := m.Mount(ctx, target, stage); err != nil {
+		return errors.New(strings.ReplaceAll(err.Error(), stage, path))
+	}
+	if after, err := mountID(stage); err != nil {
+		return err
+	} else if after == before {
+		return errors.New("the mount reported success, but nothing is mounted")
+	}
+	tree, err := unix.OpenTree(unix.AT_FDCWD, stage, unix.OPEN_TREE_CLONE|unix.O_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return fmt.Errorf("take the new mount (open_tree, Linux 5.2): %w", err)
+	}
+	defer unix.Close(tree)
+	if err := unix.MoveMount(tree, "", dir, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach the new mount at %s (move_mount): %w", path, err)
+	}
+	return nil
+}
+
+// makeStage makes a staging directory for a mount: root's, 0700, in /run
+// or the temporary directory, whichever is root's and only root can change
+// a name in (not writable by others, or sticky), under / (root's). So only
+// root can change what its path leads to, and mount(8) resolving it again
+// finds it.
+func makeStage() (string, error) {
+	for _, d := range []string{"/run", os.TempDir()} {
+		var st unix.Stat_t
+		if !filepath.IsAbs(d) || filepath.Dir(d) != "/" || unix.Lstat(d, &st) != nil {
+			continue
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Uid == 0 && (st.Mode&0o022 == 0 || st.Mode&unix.S_ISVTX != 0) {
+			return os.MkdirTemp(d, "envd-mount-")
+		}
+	}
+	return "", errors.New("neither /run nor the temporary directory is a directory of root's that only root can change")
+}
+
+// mountID is the id of the topmost mount at path, without asking its
+// filesystem (an NFS server) anything.
+func mountID(path string) (uint64, error) {
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &st); err != nil {
+		return 0, fmt.Errorf("statx %s: %w", path, err)
+	}
+	if st.Mask&unix.STATX_MNT_ID == 0 {
+		return 0, errors.New("the kernel does not tell mount ids (statx STATX_MNT_ID, Linux 5.8)")
+	}
+	return st.Mnt_id, nil
+}
+
+// detachAll detaches every mount stacked at path (a staging directory).
+func detachAll(path string) {
+	for range 8 {
+		if err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
+			return
+		}
+	}
 }

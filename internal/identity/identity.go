@@ -11,10 +11,12 @@
 // filesystem ids: the kernel checks paths as the user and new files are the
 // user's, while the thread keeps root's other capabilities; it suits writes
 // made on behalf of an API caller, who may act as anyone anyway.
-// [User.DoStrict] gives a thread exactly the user's ids and no capability,
-// as a shell of that user has: nothing it does is checked against anything
-// but the user (strict mode, and every check whose answer the user must not
-// learn more from than a shell would tell).
+// [User.DoStrict] gives a thread the user's effective and filesystem ids
+// and groups and no effective capability, so that what it does through
+// paths is checked as for a shell of that user (strict mode, and every
+// check whose answer the user must not learn more from than a shell would
+// tell); its real and saved uid stay root's, so that the user cannot
+// signal or trace it, and it becomes root again afterwards.
 package identity
 
 import (

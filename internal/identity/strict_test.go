@@ -37,41 +37,6 @@ func TestDoStrictReadsNoRootProcMaps(t *testing.T) {
 	}
 }
 
-func TestDoStrictHasExactlyTheUsersIDs(t *testing.T) {
-	t.Parallel()
-	u := doUser(t)
-	var status string
-	err := u.DoStrict(func() error {
-		// The thread's own status: /proc/thread-self is this thread.
-		b, err := os.ReadFile("/proc/thread-self/status")
-		status = string(b)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := strconv.Itoa(int(u.UID))
-	gid := strconv.Itoa(int(u.GID))
-	want := map[string]string{
-		"Uid:":    id + "\t" + id + "\t" + id + "\t" + id,
-		"Gid:":    gid + "\t" + gid + "\t" + gid + "\t" + gid,
-		"CapEff:": "0000000000000000",
-		"CapPrm:": "0000000000000000",
-	}
-	for _, line := range strings.Split(status, "\n") {
-		k, v, _ := strings.Cut(line, "\t")
-		if w, ok := want[k]; ok {
-			if strings.TrimSpace(v) != w {
-				t.Errorf("%s %q, want %q", k, v, w)
-			}
-			delete(want, k)
-		}
-	}
-	if len(want) > 0 {
-		t.Errorf("status lacks %v:\n%s", want, status)
-	}
-}
-
 func TestDoStrictCreatesAsTheUserAndChecksRights(t *testing.T) {
 	t.Parallel()
 	u := doUser(t)

@@ -12,8 +12,8 @@ import (
 )
 
 // checkDir checks that u may make dir its working directory, with exactly
-// u's rights (identity.DoStrict: u's real and effective ids, no capability),
-// in both modes. Its answer is what a shell as u would learn by cd'ing
+// u's rights (identity.DoStrict: u's effective and filesystem ids and
+// groups, no capability), in both modes. Its answer is what a shell as u would learn by cd'ing
 // there, no more: a directory u may not search hides what it holds, so every
 // path under it gets the same permission denied, whether it names a
 // directory, a file or nothing. Where u can see, the answer is precise:
@@ -40,7 +40,7 @@ func dirError(u *identity.User, dir string) error {
 	case err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR:
 		return errorf(ErrInvalid, "cwd '%s' is not a directory", dir)
 	case err == nil:
-		if err := unix.Access(dir, unix.X_OK); err != nil {
+		if err := unix.Faccessat(unix.AT_FDCWD, dir, unix.X_OK, unix.AT_EACCESS); err != nil {
 			return deniedError(u, dir, err)
 		}
 		return nil
@@ -63,7 +63,7 @@ func dirError(u *identity.User, dir string) error {
 func deniedError(u *identity.User, dir string, cause error) error {
 	blocked := dir
 	for _, p := range prefixes(dir) {
-		if err := unix.Access(p, unix.X_OK); errors.Is(err, unix.EACCES) {
+		if err := unix.Faccessat(unix.AT_FDCWD, p, unix.X_OK, unix.AT_EACCESS); errors.Is(err, unix.EACCES) {
 			blocked = p
 			break
 		}
