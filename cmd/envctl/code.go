@@ -349,10 +349,42 @@ func (x *executor) prompt(ctx context.Context, lines lineReader) error {
 			}
 			continue
 		}
-		if res.Reason != client.EndOK && res.Reason != client.EndError {
-			fmt.Fprintf(x.e.stderr, "envctl: execution %s\n", res)
+		if x.afterRun(res) {
+			return nil
 		}
 	}
+}
+
+// errNameExited is the error envd ends an execution with when the code
+// exited its kernel (exit(), quit()).
+const errNameExited = "KernelExited"
+
+// afterRun tells, at the prompt, what became of the session after an
+// execution that did not end well: its end, unless the error event said
+// it already, and whether the context's state is gone. It reports whether
+// the session is over: code that exited its kernel ends it, as exit() ends
+// the language's own prompt, rather than go on as if the state were still
+// there.
+func (x *executor) afterRun(res *client.ExecResult) (leave bool) {
+	if res.Reason == client.EndOK || res.Reason == client.EndError {
+		return false
+	}
+	if res.Error == nil || res.Error.Value != res.Message {
+		fmt.Fprintf(x.e.stderr, "envctl: execution %s\n", res)
+	}
+	switch {
+	case res.Error != nil && res.Error.Name == errNameExited:
+		fmt.Fprintln(x.e.stderr, "envctl: the code exited the kernel, so this session ends: the context's state "+
+			"(variables, imports, definitions) is gone, and its next run starts on a fresh kernel")
+		return true
+	case res.Reason == client.EndKernelDied, res.Reason == client.EndServerRestarted:
+		fmt.Fprintln(x.e.stderr, "envctl: the context's state is gone: what earlier lines defined (variables, "+
+			"imports, functions) does not exist any more; the next line runs on a fresh kernel")
+	case res.Reason == client.EndContextRestarted:
+		fmt.Fprintln(x.e.stderr, "envctl: the context's state is gone: what earlier lines defined (variables, "+
+			"imports, functions) does not exist any more")
+	}
+	return false
 }
 
 // readBlock reads one statement: a line, or a block opened by a line that

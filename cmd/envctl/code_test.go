@@ -1,15 +1,25 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/iotest"
 
+	"connectrpc.com/connect"
 	"golang.org/x/term"
+
+	"github.com/envd-dev/envd/client"
+	ipb "github.com/envd-dev/envd/gen/envd/interpreter/v1"
+	"github.com/envd-dev/envd/gen/envd/interpreter/v1/interpreterv1connect"
 )
 
 // The tracebacks are those envd gave for these cells (IPython 8 with
@@ -189,4 +199,102 @@ func TestSnake(t *testing.T) {
 	if snake("timed out") != "timed_out" || snake("ok") != "ok" {
 		t.Error("snake")
 	}
+}
+
+// fakeInterpreter answers Execute as envd does: the code "exit()" with
+// the end of code that exited its kernel, "boom" with a kernel that died
+// under the code, anything else with an OK end.
+type fakeInterpreter struct {
+	interpreterv1connect.UnimplementedInterpreterServiceHandler
+
+	mu    sync.Mutex
+	codes []string // guarded by mu
+}
+
+const (
+	exitedMsg = "The code exited the kernel (exit() or quit()): this context's kernel was restarted, and its " +
+		"variables, imports and definitions are gone. The context is usable again."
+	diedMsg = "The kernel exited while running the code (exit status 3: the code ended its process, for example " +
+		"with os._exit() or Deno.exit()) and was restarted with fresh state: variables and imports are lost. " +
+		"The context is usable again."
+)
+
+func (f *fakeInterpreter) Execute(_ context.Context, req *connect.Request[ipb.ExecuteRequest], stream *connect.ServerStream[ipb.ExecuteResponse]) error {
+	f.mu.Lock()
+	f.codes = append(f.codes, req.Msg.GetCode())
+	f.mu.Unlock()
+	evs := []*ipb.ExecutionEvent{{Event: &ipb.ExecutionEvent_Started{Started: &ipb.Started{ExecutionId: "x", ContextId: "c", ExecutionCount: 1}}}}
+	end := &ipb.End{Reason: ipb.EndReason_END_REASON_OK}
+	switch req.Msg.GetCode() {
+	case "exit()\n":
+		evs = append(evs, &ipb.ExecutionEvent{Event: &ipb.ExecutionEvent_Error{Error: &ipb.Error{Name: "KernelExited", Value: exitedMsg}}})
+		end = &ipb.End{Reason: ipb.EndReason_END_REASON_KERNEL_DIED, Message: exitedMsg}
+	case "boom\n":
+		evs = append(evs, &ipb.ExecutionEvent{Event: &ipb.ExecutionEvent_Error{Error: &ipb.Error{Name: "ContextRestarting", Value: diedMsg}}})
+		end = &ipb.End{Reason: ipb.EndReason_END_REASON_KERNEL_DIED, Message: diedMsg}
+	}
+	evs = append(evs, &ipb.ExecutionEvent{Event: &ipb.ExecutionEvent_End{End: end}})
+	for i, ev := range evs {
+		ev.Seq = uint64(i)
+		if err := stream.Send(&ipb.ExecuteResponse{Event: ev}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeInterpreter) ran() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.codes)
+}
+
+// replOn runs the exec-code prompt over input against f, and returns what
+// it wrote on stderr.
+func replOn(t *testing.T, f *fakeInterpreter, input string) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(interpreterv1connect.NewInterpreterServiceHandler(f))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c := client.New(client.Options{Addr: srv.URL, HTTP1: true})
+	t.Cleanup(func() { _ = c.Close() })
+	var stdout, stderr bytes.Buffer
+	x := &executor{e: &env{c: c, stdin: strings.NewReader(input), stdout: &stdout, stderr: &stderr}}
+	if err := x.prompt(context.Background(), newPlainLines(strings.NewReader(input), io.Discard)); err != nil {
+		t.Fatalf("prompt: %v; stderr %q", err, stderr.String())
+	}
+	return stderr.String()
+}
+
+// TestPromptKernelExited: code that exits its kernel ends the prompt's
+// session, saying that the context's state is gone (the message once);
+// a kernel that died otherwise leaves it going, on a fresh kernel, said
+// so too.
+func TestPromptKernelExited(t *testing.T) {
+	t.Parallel()
+	t.Run("exit", func(t *testing.T) {
+		t.Parallel()
+		f := &fakeInterpreter{}
+		out := replOn(t, f, "x = 1\nexit()\nprint(x)\n")
+		if got := f.ran(); !slices.Equal(got, []string{"x = 1\n", "exit()\n"}) {
+			t.Errorf("ran %q: the session went on after the kernel exited", got)
+		}
+		if strings.Count(out, "exited the kernel (exit() or quit())") != 1 || !strings.Contains(out, "session ends") ||
+			!strings.Contains(out, "state (variables, imports, definitions) is gone") {
+			t.Errorf("stderr %q", out)
+		}
+	})
+	t.Run("died", func(t *testing.T) {
+		t.Parallel()
+		f := &fakeInterpreter{}
+		out := replOn(t, f, "x = 1\nboom\nprint(x)\n")
+		if got := f.ran(); !slices.Equal(got, []string{"x = 1\n", "boom\n", "print(x)\n"}) {
+			t.Errorf("ran %q", got)
+		}
+		if strings.Count(out, "exit status 3") != 1 || !strings.Contains(out, "the context's state is gone") ||
+			!strings.Contains(out, "the next line runs on a fresh kernel") {
+			t.Errorf("stderr %q", out)
+		}
+	})
 }

@@ -61,26 +61,45 @@ func locale() string {
 	return "C.UTF-8"
 }
 
-// kernelsUser is the account Jupyter and its kernels run as: envd's own
-// (nil) by default, as upstream's run as root; the default user in strict
-// mode when envd is root, unless -jupyter-as-root.
-func kernelsUser(cfg Config, defs *defaults.Defaults) (*identity.User, error) {
-	if !cfg.StrictUsers || cfg.JupyterAsRoot || os.Geteuid() != 0 {
-		return nil, nil
+// kernelsUser decides who Jupyter and its kernels run as, and whether
+// they get the shared package environment pkgs (see kernels_user.go):
+// root when envd is root (nil: envd's own account) in the default mode
+// when the default user is root or can become root without a password,
+// as upstream's, else the default user; the default user in strict mode;
+// root with -jupyter-as-root.
+func kernelsUser(cfg Config, defs *defaults.Defaults, pkgs defaults.Packages) (kernelsAccount, error) {
+	euid := os.Geteuid()
+	if euid != 0 || (cfg.JupyterURL != "" && !cfg.StrictUsers) {
+		return chooseKernels(cfg, euid, nil, nil, nil), nil
 	}
-	u, err := defs.User()
+	def, err := defs.User()
 	if err != nil {
-		return nil, fmt.Errorf("jupyter user: %w", err)
+		return kernelsAccount{}, fmt.Errorf("jupyter user: %w", err)
 	}
-	return u, nil
+	var owners []*identity.User
+	if !cfg.StrictUsers {
+		owners = packageOwners(pkgs, def)
+	}
+	a := chooseKernels(cfg, euid, def, owners, func(u *identity.User) (bool, string) {
+		return rootEquivalent(u, sudoPaths, rootCheckTimeout)
+	})
+	if uid, ok := handedServerUID(cfg); ok {
+		a = keepHandedAccount(a, uid, lookupUID)
+	}
+	return a, nil
 }
 
 // kernelsUser names the kernels' account for the log ("" without Jupyter).
 func (c *codeExec) kernelsUser() string {
-	switch {
-	case c.sup == nil:
+	if c.sup == nil {
 		return ""
-	case c.runAs != nil:
+	}
+	return c.accountName()
+}
+
+// accountName names the kernels' account: runAs's, else envd's own.
+func (c *codeExec) accountName() string {
+	if c.runAs != nil {
 		return c.runAs.Name
 	}
 	if u, err := identity.Current(); err == nil {
@@ -105,19 +124,29 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults, place fu
 		c.adapters(log, defs)
 		return c, nil
 	}
-	runAs, err := kernelsUser(cfg, defs)
+	acct, err := kernelsUser(cfg, defs, pkgs)
 	if err != nil {
 		return nil, err
 	}
+	runAs := acct.user
 	c.runAs = runAs
+	logKernels := log.Info
+	if acct.kept {
+		logKernels = log.Warn
+	}
+	logKernels("kernels' account chosen", "kernels_user", c.accountName(), "shared_packages", acct.shared, "reason", acct.why)
+	if !acct.shared {
+		// Root kernels that must not load what a user can write: no
+		// virtual environment (Debian's python3, nothing on PATH nor
+		// VIRTUAL_ENV), no R_LIBS, and R's site libraries without the
+		// one install-deps.sh gives the sandbox user.
+		pkgs = defaults.Packages{}
+		shared = sharedEnv(pkgs)
+		rootREnv(shared)
+	}
 	// The startup files stay envd's; only the IPython profile is the
 	// kernels' user's (IPython ignores a profile it cannot write to, and
 	// with it our startup files). See startup.Options.Owner.
-	if cfg.StrictUsers && runAs == nil {
-		// Root kernels in strict mode (-jupyter-as-root): not from the
-		// shared environment, which the sandbox user can write.
-		pkgs = defaults.Packages{}
-	}
 	stOpts := startup.Options{PythonVenv: pkgs.PythonVenv}
 	if runAs != nil {
 		stOpts.Owner = &startup.Owner{UID: runAs.UID, GID: runAs.GID}
@@ -259,18 +288,29 @@ func (c *codeExec) cleanup() {
 // user for install.packages.
 const debianRLibsSite = "/usr/lib/R/site-library:/usr/lib/R/library"
 
+// rootREnv keeps R run as root out of the site library the sandbox user
+// may write: R_LIBS_SITE without it (R's own default would put it first),
+// and R_ENVIRON=/dev/null, for Debian's /etc/R/Renviron.site puts it first
+// again whatever R_LIBS_SITE says (it sets nothing else R needs: that
+// file's only other line is a flag for R CMD check). A value env already
+// has (from /init) wins.
+func rootREnv(env map[string]string) {
+	for k, v := range map[string]string{"R_LIBS_SITE": debianRLibsSite, "R_ENVIRON": "/dev/null"} {
+		if _, set := env[k]; !set {
+			env[k] = v
+		}
+	}
+}
+
 // strictRootEnv is what a process run as root gets in strict mode: /init's
-// variables and the locale, without the shared package environment (the Python virtual
-// environment and R library the sandbox user may write), so that nothing
-// the user planted there runs as root. R's own default would still put
-// that library first: R_LIBS_SITE leaves it out.
+// variables and the locale, without the shared package environment (the
+// Python virtual environment and R library the sandbox user may write),
+// so that nothing the user planted there runs as root (rootREnv).
 func strictRootEnv(defs *defaults.Defaults) map[string]string {
 	env := defs.InitEnv()
 	if _, set := env["LANG"]; !set {
 		env["LANG"] = locale()
 	}
-	if _, set := env["R_LIBS_SITE"]; !set {
-		env["R_LIBS_SITE"] = debianRLibsSite
-	}
+	rootREnv(env)
 	return env
 }

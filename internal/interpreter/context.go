@@ -67,9 +67,14 @@ type kernelState struct {
 	// restart since then that the user asked for needs no notice.
 	userRestarts int
 	// lossReported: an execution was told that this kernel lost its state
-	// (it died under the code, was restarted as a last resort, or its
-	// server went away), so the next one needs no notice.
+	// (it died under the code, the code exited it, it was restarted as a
+	// last resort, or its server went away), so the next one needs no
+	// notice.
 	lossReported bool
+	// oomSeen is the kernels' OOM-kill count (Options.OOMKills) when the
+	// last execution ended, or the kernel was set up: a death found later
+	// is put down to the OOM killer only if the count went up since.
+	oomSeen uint64
 	// warm: the kernel came from the pool of prestarted kernels.
 	warm bool
 	// baseline: the globals a JavaScript kernel completed right after its
@@ -120,7 +125,8 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 			break
 		}
 		cr.enter(phaseHandover)
-		ks := &kernelState{client: client, kernel: w.k, id: w.id, setupRestarts: -1, userRestarts: c.restartCount(), warm: true}
+		ks := &kernelState{client: client, kernel: w.k, id: w.id, setupRestarts: -1, userRestarts: c.restartCount(), warm: true,
+			oomSeen: c.eng.oomKills()}
 		cr.enter(phaseSetup)
 		err := c.setup(ctx, ks)
 		if err == nil {
@@ -154,7 +160,8 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 		del()
 		return nil, fmt.Errorf("connect to %s kernel: %w", c.kernelName, err)
 	}
-	ks := &kernelState{client: client, kernel: k, id: m.ID, setupRestarts: -1, userRestarts: c.restartCount()}
+	ks := &kernelState{client: client, kernel: k, id: m.ID, setupRestarts: -1, userRestarts: c.restartCount(),
+		oomSeen: c.eng.oomKills()}
 	cr.enter(phaseSetup)
 	if err := c.setup(ctx, ks); err != nil {
 		_ = k.Close()
@@ -213,17 +220,19 @@ func (c *Context) setup(ctx context.Context, ks *kernelState) error {
 		return nil // Jupyter started the kernel in Cwd; envd has no code for it
 	}
 	for attempt := 0; ; attempt++ {
-		restarts := ks.kernel.Status().Restarts
+		st := ks.kernel.Status()
+		restarts := st.Restarts
 		fresh := restarts != ks.setupRestarts
 		if fresh && ks.setupRestarts >= 0 {
 			// The kernel restarted since it was set up: say so unless the
 			// user asked for it or an execution was told.
 			if user := c.restartCount(); user == ks.userRestarts && !ks.lossReported {
-				c.notice(NoticeKernelRestarted, "this context's "+c.Language+" kernel died since the last execution "+
-					"(for example killed for using too much memory) and was restarted: its variables, imports and "+
-					"definitions from before are gone")
+				oom := c.eng.opts.OOMKills != nil && c.eng.oomKills() > ks.oomSeen
+				c.notice(NoticeKernelRestarted, "this context's "+c.Language+" kernel died since the last execution"+
+					idleDeath(st.Exit, oom)+" and was restarted: its variables, imports and definitions from before are gone")
 			}
 			ks.lossReported = false
+			ks.oomSeen = c.eng.oomKills()
 		}
 		ks.userRestarts = c.restartCount()
 		env := c.eng.globalEnv()

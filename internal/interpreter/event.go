@@ -158,8 +158,8 @@ const (
 	EndInterrupted
 	// EndTimedOut: the execution's own timeout passed and it was stopped.
 	EndTimedOut
-	// EndKernelDied: the kernel died under it and was restarted with fresh
-	// state; the context is usable again.
+	// EndKernelDied: the kernel died under it, or the code exited it, and
+	// it was restarted with fresh state; the context is usable again.
 	EndKernelDied
 	// EndContextRestarted: the context was restarted or removed while it
 	// ran.
@@ -205,6 +205,10 @@ const (
 	errNameUnexpected = "UnexpectedEndOfExecution"
 	errNameTimeout    = "TimeoutError"
 	errNameSetup      = "ContextSetupError"
+	// errNameExited: the code exited its kernel (exit(), quit()). E2B's
+	// server has no name for it: it ends such an execution as if nothing
+	// happened.
+	errNameExited = "KernelExited"
 )
 
 // FormatTimestamp renders a Jupyter header date the way E2B's server does

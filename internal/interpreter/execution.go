@@ -242,6 +242,11 @@ type runner struct {
 	// oomBefore is the kernels' OOM-kill count when the code was sent
 	// (Options.OOMKills).
 	oomBefore uint64
+	// kernelRestarts is the kernel's restart count when the code was sent.
+	kernelRestarts int
+	// exitAsked: the execute_reply asked the kernel to exit (IPython's
+	// exit() or quit(): the ask_exit payload); it stops once it replied.
+	exitAsked bool
 }
 
 // oomKilled says that the OOM killer killed a kernel since the code was
@@ -250,8 +255,16 @@ func (r *runner) oomKilled() bool {
 	return r.x.eng.opts.OOMKills != nil && r.x.eng.oomKills() > r.oomBefore
 }
 
-// oomText explains a kernel death the OOM killer caused.
-const oomText = "The kernel was killed by the out-of-memory killer while running the code: the sandbox ran out of memory. "
+// exit is how the kernel's process ended if it was restarted since the
+// code was sent and the server said how (else nil: an earlier death's
+// does not tell about this one).
+func (r *runner) exit() *jupyter.ExitStatus {
+	st := r.ks.kernel.Status()
+	if st.Restarts == r.kernelRestarts {
+		return nil
+	}
+	return st.Exit
+}
 
 // abortSettle is how long an aborted request waits for its idle.
 const abortSettle = 2 * time.Second
@@ -284,6 +297,9 @@ func (x *Execution) run(ticket fifo.Ticket) {
 	defer func() {
 		if restoreEnv {
 			r.restoreEnv(envRestarts)
+		}
+		if r.ks != nil {
+			r.ks.oomSeen = x.eng.oomKills()
 		}
 		x.c.setCurrent(nil)
 		x.c.queue.Release()
@@ -325,6 +341,7 @@ func (x *Execution) run(ticket fifo.Ticket) {
 	}
 	restartsBefore := x.c.restartCount()
 	r.oomBefore = x.eng.oomKills()
+	r.kernelRestarts = ks.kernel.Status().Restarts
 	je, err := ks.kernel.Execute(actx, x.code, jupyter.ExecuteOptions{})
 	if err != nil {
 		if actx.Err() != nil {
@@ -357,7 +374,7 @@ func (x *Execution) run(ticket fifo.Ticket) {
 			if actx.Err() != nil {
 				continue // attention: handled at the top
 			}
-			if r.stopping && errors.Is(err, jupyter.ErrKernelRestarted) {
+			if r.stopping && !r.exitAsked && errors.Is(err, jupyter.ErrKernelRestarted) {
 				if !r.restarted {
 					// Some kernels (Deno) die of the interrupt; Jupyter
 					// restarts them.
@@ -390,6 +407,8 @@ const removedWhileRunning = "The context was removed while the code was running"
 func (r *runner) finishRun() {
 	r.flushReplyErr()
 	switch {
+	case r.exitAsked:
+		r.kernelExited(nil)
 	case r.stopping:
 		r.finish(r.x.stopReason())
 	case r.errored && r.x.c.isRemoved():
@@ -527,6 +546,9 @@ func (r *runner) handle(ctx context.Context, m *jupyter.Message) bool {
 		if m.DecodeContent(&rep) != nil {
 			return false
 		}
+		if askedExit(m) {
+			r.exitAsked = true
+		}
 		switch rep.Status {
 		case "error":
 			if !r.errored {
@@ -578,31 +600,24 @@ func (r *runner) kernelFailed(err error, restartsBefore int) {
 		// However its kernel went (deleted, its channels closed or cut),
 		// the context was removed under the code.
 		r.finish(EndContextRestarted, &ErrorValue{Name: errNameUnexpected, Value: removedWhileRunning})
+	case r.exitAsked && (errors.Is(err, jupyter.ErrKernelRestarted) || errors.Is(err, jupyter.ErrKernelDied) ||
+		errors.Is(err, jupyter.ErrKernelNotFound)):
+		// It stopped before its idle came.
+		r.kernelExited(err)
 	case errors.Is(err, jupyter.ErrKernelRestarted):
 		r.ks.lossReported = true
 		if x.c.restartCount() != restartsBefore {
 			r.finish(EndContextRestarted, &ErrorValue{Name: errNameRestarting, Value: "Context was restarted"})
 			return
 		}
-		why := "The kernel died while running the code (for example os._exit() or a crash) and was restarted"
-		if r.oomKilled() {
-			why = oomText + "It was restarted"
-		}
-		r.finish(EndKernelDied, &ErrorValue{Name: errNameRestarting, Value: why +
-			" with fresh state: variables and imports are lost. The context is usable again."})
+		r.finish(EndKernelDied, &ErrorValue{Name: errNameRestarting, Value: runDeath(r.exit(), r.oomKilled(),
+			"was restarted") + " with fresh state: variables and imports are lost. The context is usable again."})
 	case errors.Is(err, jupyter.ErrKernelDied), errors.Is(err, jupyter.ErrKernelNotFound):
 		x.c.drop(r.ks)
-		why := "The kernel died and"
-		if r.oomKilled() {
-			why = oomText + "It"
-		}
-		r.finish(EndKernelDied, &ErrorValue{Name: errNameRestarting, Value: why + " could not be " +
-			"restarted; the next run in this context starts a new kernel with fresh state."})
+		r.finish(EndKernelDied, &ErrorValue{Name: errNameRestarting, Value: runDeath(r.exit(), r.oomKilled(),
+			"could not be restarted") + "; the next run in this context starts a new kernel with fresh state."})
 	case errors.Is(err, jupyter.ErrServerRestarted), errors.Is(err, jupyter.ErrConnectionLost) && r.serverDied():
-		r.ks.lossReported = true
-		r.finish(EndServerRestarted, &ErrorValue{Name: errNameRestarting, Value: "The Jupyter server stopped " +
-			"unexpectedly and is being restarted; every kernel's state is lost. The next run in this context " +
-			"starts a new kernel."})
+		r.serverRestarted()
 	case errors.Is(err, jupyter.ErrConnectionLost):
 		r.finish(EndError, &ErrorValue{Name: errNameWebSocket, Value: "The connection to the kernel was lost, " +
 			"so the outcome is unknown; rerun the code to get the results"})
@@ -616,6 +631,118 @@ func (r *runner) kernelFailed(err error, restartsBefore int) {
 		r.finish(EndError, &ErrorValue{Name: errNameUnexpected, Value: "The kernel connection was closed while the code was running"})
 	default:
 		r.finish(EndError, &ErrorValue{Name: errNameUnexpected, Value: err.Error()})
+	}
+}
+
+// serverRestarted ends an execution whose Jupyter server went away.
+func (r *runner) serverRestarted() {
+	r.ks.lossReported = true
+	r.finish(EndServerRestarted, &ErrorValue{Name: errNameRestarting, Value: "The Jupyter server stopped " +
+		"unexpectedly and is being restarted; every kernel's state is lost. The next run in this context " +
+		"starts a new kernel."})
+}
+
+// askedExit tells whether an execute_reply asks the kernel to exit: the
+// payload IPython's exit() and quit() add ({"source": "ask_exit",
+// "keepkernel": false}; exit(keep_kernel=True) keeps it).
+func askedExit(m *jupyter.Message) bool {
+	var rep struct {
+		Payload []struct {
+			Source     string `json:"source"`
+			KeepKernel *bool  `json:"keepkernel"`
+		} `json:"payload"`
+	}
+	if m.DecodeContent(&rep) != nil {
+		return false
+	}
+	for _, p := range rep.Payload {
+		if p.Source == "ask_exit" && (p.KeepKernel == nil || !*p.KeepKernel) {
+			return true
+		}
+	}
+	return false
+}
+
+// exitWait bounds the wait for an IPython kernel the code asked to exit
+// to be seen restarted: ipykernel stops 0.1 s after its reply, and the
+// server notices within its KernelRestarter.time_to_dead (envd's: 0.5 s;
+// 3 s by default).
+const exitWait = 10 * time.Second
+
+// kernelExited ends an execution whose code asked its kernel to exit
+// (exitAsked), whatever else it did. ipykernel stops once it replied, and
+// Jupyter restarts it; IRkernel's quit() only asks the frontend to end
+// the kernel (as jupyter console does), which envd does by restarting it.
+// err is what ended the execution early, if anything; otherwise it waits
+// for that restart, so that the next execution does not go to the dying
+// kernel (which would run it with the old state, or lose it, and die
+// under it) and is not told again of the death this one reports.
+func (r *runner) kernelExited(err error) {
+	x, ks := r.x, r.ks
+	if err == nil {
+		wait := exitWait
+		if x.c.code != Python {
+			wait = 0
+		}
+		err = r.awaitExit(wait)
+	}
+	switch {
+	case x.eng.ctx.Err() != nil:
+		r.finish(x.stopReason())
+	case x.c.isRemoved():
+		r.finish(EndContextRestarted, &ErrorValue{Name: errNameUnexpected, Value: removedWhileRunning})
+	case errors.Is(err, jupyter.ErrServerRestarted):
+		r.serverRestarted()
+	case errors.Is(err, jupyter.ErrKernelRestarted):
+		ks.lossReported = true
+		r.finish(EndKernelDied, &ErrorValue{Name: errNameExited, Value: exitedText + "this context's kernel was " +
+			"restarted, and its variables, imports and definitions are gone. The context is usable again."})
+	default: // gone for good
+		ks.lossReported = true
+		x.c.drop(ks)
+		r.finish(EndKernelDied, &ErrorValue{Name: errNameExited, Value: exitedText + "its variables, imports and " +
+			"definitions are gone, and the next run in this context starts a new kernel."})
+	}
+}
+
+// awaitExit waits until the kernel the code asked to exit is seen
+// restarted (ErrKernelRestarted) or gone (ErrKernelDied, or the server's
+// error). One that is still there after wait is restarted.
+func (r *runner) awaitExit(wait time.Duration) error {
+	x, ks := r.x, r.ks
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		st := ks.kernel.Status()
+		switch {
+		case ks.client.Err() != nil:
+			return ks.client.Err()
+		case st.Err != nil:
+			return jupyter.ErrKernelDied
+		case st.Restarts != r.kernelRestarts:
+			return jupyter.ErrKernelRestarted
+		}
+		select {
+		case <-st.Changed:
+			continue
+		case <-x.eng.ctx.Done():
+			return x.eng.ctx.Err()
+		case <-t.C:
+		}
+		if wait > 0 {
+			x.eng.log.Warn("kernel asked to exit is still running; restarting it",
+				"context_id", x.ContextID, "language", x.Language, "wait", wait)
+		} else {
+			x.eng.log.Info("kernel asked to exit; restarting it", "context_id", x.ContextID, "language", x.Language)
+		}
+		ctx, cancel := context.WithTimeout(x.eng.ctx, time.Minute)
+		err := ks.kernel.Restart(ctx)
+		cancel()
+		if err != nil {
+			x.eng.log.Warn("cannot restart kernel", "context_id", x.ContextID, "error", err)
+			return jupyter.ErrKernelDied
+		}
+		return jupyter.ErrKernelRestarted
 	}
 }
 

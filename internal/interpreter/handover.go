@@ -199,7 +199,7 @@ func (c *Context) reattach(ctx context.Context, client *jupyter.Client) *kernelS
 	k, err := client.Connect(ctx, h.KernelID, c.eng.kernelOptions(c.kernelName))
 	if err == nil {
 		ks := &kernelState{client: client, kernel: k, id: h.KernelID, setupRestarts: -1, globalEnv: h.GlobalEnv,
-			userRestarts: c.restartCount(), lossReported: h.LossReported, warm: h.Warm}
+			userRestarts: c.restartCount(), lossReported: h.LossReported, warm: h.Warm, oomSeen: c.eng.oomKills()}
 		if h.SetUp {
 			ks.setupRestarts = k.Status().Restarts
 		}

@@ -369,7 +369,7 @@ func TestServiceKernelDied(t *testing.T) {
 	rpcExecute(t, c, &pb.ExecuteRequest{ContextId: ctx.GetId(), Code: "lost = 1"})
 	e := rpcExecute(t, c, &pb.ExecuteRequest{ContextId: ctx.GetId(), Code: "import os\nos._exit(1)"})
 	wantReason(t, e, pb.EndReason_END_REASON_KERNEL_DIED)
-	if !strings.Contains(e.end().GetMessage(), "died") {
+	if !strings.Contains(e.end().GetMessage(), "exited while running the code (exit status 1") {
 		t.Errorf("end message %q", e.end().GetMessage())
 	}
 	// The context works after, with fresh state, in its cwd.

@@ -37,7 +37,9 @@ import (
 // subscriber, so the server relays copies of a direct execution's messages
 // too; the WebSocket's reader drops those. A message is read as the
 // WebSocket's are, within the same bounds (readFrame): a big one is cut or
-// chunked, never held whole.
+// chunked, never held whole. What one message costs envd, in frames and in
+// the bytes kept of them, is bounded as it is read (zmtp.go,
+// zmtpMessageBudget); a peer that goes over it loses its connection.
 //
 // A direct execution ends as the kernel reports it. If its code kills the
 // server, the kernel's reply can come before envd learns of the death (the
@@ -122,7 +124,13 @@ func (d *direct) run() {
 		if d.k.ctx.Err() != nil {
 			return
 		}
-		d.k.log.Debug("kernel's direct path down", "error", err)
+		if errors.Is(err, errMessageBound) {
+			// No kernel does this, but code in one (the sandbox user's)
+			// can: logged once per connection it cost.
+			d.k.log.Warn("kernel's direct path down: the peer sent a message over its bound", "error", err)
+		} else {
+			d.k.log.Debug("kernel's direct path down", "error", err)
+		}
 		if time.Since(began) > 10*time.Second {
 			backoff = 20 * time.Millisecond
 		}
@@ -335,10 +343,15 @@ func (d *direct) read(z *zsock, channel string) error {
 }
 
 // readMessage reads one message: up to its delimiter, the signature (not
-// checked: the kernel is the sandbox's own), then header, parent header,
-// metadata, content and buffers. A message of up to wholeFrameLimit is
-// read whole; a bigger one goes through readFrame's bounded decoding, as
-// the JSON the WebSocket would have carried (buffers dropped, as there).
+// checked, nor kept: the kernel is the sandbox's own, and whoever could
+// send in its place has its key), then header, parent header, metadata,
+// content and buffers. The socket bounds what one message may cost
+// (zmtpMessageBudget: about wholeFrameLimit, in at most maxMessageParts
+// frames) and fails when a message goes over it. A message that fits is
+// read whole; one whose content does not goes through readFrame's bounded
+// decoding, as the JSON the WebSocket would have carried (buffers dropped,
+// as there); one whose envelope does not is dropped, and so are buffers
+// that do not.
 func (d *direct) readMessage(z *zsock, channel string, emit func(*Message)) error {
 	var f zframe
 	var err error
@@ -346,11 +359,11 @@ func (d *direct) readMessage(z *zsock, channel string, emit func(*Message)) erro
 		if f, err = z.next(); err != nil {
 			return err
 		}
-		b, ok, err := f.readSmall(maxEnvelopeValue)
+		b, ok, err := f.readSmall(len(idsMsg)) // a longer frame is not the delimiter
 		if err != nil {
 			return err
 		}
-		if ok && string(b) == string(idsMsg) {
+		if ok && bytes.Equal(b, idsMsg) {
 			break
 		}
 		if !f.more {
@@ -358,7 +371,7 @@ func (d *direct) readMessage(z *zsock, channel string, emit func(*Message)) erro
 		}
 	}
 	var parts [4][]byte // header, parent, metadata: small; content: maybe not
-	total, whole := 0, true
+	whole := true
 	for i := -1; i < 4; i++ { // -1: the signature
 		if !f.more {
 			return nil // truncated message
@@ -366,13 +379,19 @@ func (d *direct) readMessage(z *zsock, channel string, emit func(*Message)) erro
 		if f, err = z.next(); err != nil {
 			return err
 		}
-		if i == 3 && f.size > uint64(wholeFrameLimit-total) {
+		if i < 0 {
+			if err := f.skip(); err != nil {
+				return err
+			}
+			continue
+		}
+		if i == 3 && f.size > z.room() {
 			whole = false
 			break
 		}
 		limit := maxEnvelopeValue
 		if i == 3 {
-			limit = wholeFrameLimit
+			limit = zmtpMessageBudget
 		}
 		b, ok, err := f.readSmall(limit)
 		if err != nil {
@@ -381,10 +400,7 @@ func (d *direct) readMessage(z *zsock, channel string, emit func(*Message)) erro
 		if !ok {
 			return skipRest(z, f) // an envelope too big to route
 		}
-		if i >= 0 {
-			parts[i] = b
-			total += len(b)
-		}
+		parts[i] = b
 	}
 	if !whole {
 		js := io.MultiReader(
@@ -409,7 +425,7 @@ func (d *direct) readMessage(z *zsock, channel string, emit func(*Message)) erro
 		if f, err = z.next(); err != nil {
 			return err
 		}
-		b, ok, err := f.readSmall(wholeFrameLimit - total)
+		b, ok, err := f.readSmall(zmtpMessageBudget)
 		if err != nil {
 			return err
 		}
@@ -420,7 +436,6 @@ func (d *direct) readMessage(z *zsock, channel string, emit func(*Message)) erro
 			}
 			break
 		}
-		total += len(b)
 		m.Buffers = append(m.Buffers, b)
 	}
 	emit(m)

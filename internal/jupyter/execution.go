@@ -160,11 +160,13 @@ func isControl(m *Message) bool {
 	return false
 }
 
-// size is what a message costs in the queue, roughly.
+// size is what a message costs in the queue, roughly: each buffer costs
+// its slice header besides its bytes (zmtpFrameCost, as on the direct
+// path), so a message of many empty buffers is charged what it holds.
 func (m *Message) size() int {
 	n := 512 + len(m.Content) + len(m.Metadata)
 	for _, b := range m.Buffers {
-		n += len(b)
+		n += zmtpFrameCost + len(b)
 	}
 	return n
 }

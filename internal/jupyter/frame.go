@@ -44,6 +44,12 @@ const (
 	structSlack = 1 << 20
 	// shortString is what any string of an oversized message may keep.
 	shortString = 1 << 10
+	// maxMessageParts bounds the parts of one message, checked before
+	// anything is allocated for them: the JSON and buffers of a binary
+	// WebSocket frame, the ZeroMQ frames (routing identities, delimiter,
+	// signature, header, parent header, metadata, content, buffers) of one
+	// on the direct path (zmtp.go). A real kernel sends a handful.
+	maxMessageParts = 1 << 16
 )
 
 var (
@@ -126,7 +132,7 @@ func (d *bigDecoder) decodeBinary() error {
 		return errBadFrame
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n == 0 || n > 1<<16 {
+	if n == 0 || n > maxMessageParts {
 		return errBadFrame
 	}
 	offs := make([]uint32, n)
@@ -167,6 +173,9 @@ func (d *bigDecoder) decodeObject() error {
 		streamed   bool
 		unroutable bool
 	)
+	if err := d.skipWS(); err != nil { // as encoding/json allows
+		return err
+	}
 	if err := d.expect('{'); err != nil {
 		return err
 	}
@@ -180,7 +189,7 @@ func (d *bigDecoder) decodeObject() error {
 		}
 		switch key {
 		case "content":
-			if w.Header.MsgType == "stream" && parentSeen {
+			if p, _ := d.br.Peek(1); w.Header.MsgType == "stream" && parentSeen && string(p) == "{" {
 				if err := d.streamContent(&w, parent); err != nil {
 					return err
 				}

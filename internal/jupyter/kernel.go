@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coder/quartz"
 	"github.com/coder/websocket"
+	"golang.org/x/sys/unix"
 )
 
 // writeTimeout bounds one frame write. Writes use the kernel's own context
@@ -109,6 +111,7 @@ type Kernel struct {
 	readerDone chan struct{}      // closed when conn's reader exits; guarded by mu
 	needNudge  bool               // guarded by mu
 	restarts   int                // guarded by mu
+	lastExit   *ExitStatus        // guarded by mu; see KernelStatus.Exit
 	goneErr    error              // guarded by mu; set once the kernel is unusable
 	changed    chan struct{}      // closed and replaced on any status change; guarded by mu
 }
@@ -186,6 +189,11 @@ type KernelStatus struct {
 	// Restarts counts the kernel restarts seen since Connect (automatic
 	// after a crash, or Restart). Each one lost the kernel's state.
 	Restarts int
+	// Exit is how the kernel process that the latest restart replaced
+	// ended, when the server said so (envd's server config adds it to the
+	// "restarting" status of an automatic restart: kernel_exit.py). Nil
+	// when it did not, and after Restart.
+	Exit *ExitStatus
 	// Err is non-nil once the kernel is unusable: ErrKernelDied,
 	// ErrKernelNotFound or ErrClosed.
 	Err error
@@ -198,7 +206,38 @@ type KernelStatus struct {
 func (k *Kernel) Status() KernelStatus {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return KernelStatus{Restarts: k.restarts, Err: k.goneErr, Changed: k.changed}
+	st := KernelStatus{Restarts: k.restarts, Err: k.goneErr, Changed: k.changed}
+	if k.lastExit != nil {
+		exit := *k.lastExit
+		st.Exit = &exit
+	}
+	return st
+}
+
+// ExitStatus is how a kernel process ended.
+type ExitStatus struct {
+	Code   int         // its exit status, when Signal is 0
+	Signal unix.Signal // the signal that killed it, or 0
+}
+
+// exitStatus reads a Popen returncode: the exit status, or minus the
+// signal that killed the process.
+func exitStatus(returncode int) *ExitStatus {
+	if returncode < 0 {
+		return &ExitStatus{Signal: unix.Signal(-returncode)}
+	}
+	return &ExitStatus{Code: returncode}
+}
+
+// String is "exit status 3" or "signal SIGKILL".
+func (s ExitStatus) String() string {
+	if s.Signal == 0 {
+		return "exit status " + strconv.Itoa(s.Code)
+	}
+	if name := unix.SignalName(s.Signal); name != "" {
+		return "signal " + name
+	}
+	return "signal " + strconv.Itoa(int(s.Signal))
 }
 
 // changedLocked wakes Status watchers.
@@ -391,7 +430,7 @@ func (k *Kernel) Restart(ctx context.Context) error {
 		}
 		return err
 	}
-	k.restarted()
+	k.restarted(nil)
 	_, err := k.ready(ctx)
 	return err
 }
@@ -684,8 +723,20 @@ func (k *Kernel) dispatch(conn *websocket.Conn, m *Message) {
 			if m.DecodeContent(&st) == nil {
 				switch st.ExecutionState {
 				case "restarting":
-					k.log.Info("kernel died and is restarting")
-					k.restarted()
+					// envd's server config says how the process ended.
+					var ex struct {
+						Status *int `json:"envd_exit_status"`
+					}
+					var exit *ExitStatus
+					if m.DecodeContent(&ex) == nil && ex.Status != nil {
+						exit = exitStatus(*ex.Status)
+					}
+					if exit != nil {
+						k.log.Info("kernel died and is restarting", "exit", exit.String())
+					} else {
+						k.log.Info("kernel died and is restarting")
+					}
+					k.restarted(exit)
 					return
 				case "dead":
 					k.log.Warn("kernel died and will not be restarted")
@@ -726,11 +777,13 @@ func (k *Kernel) isPending(id string) bool {
 	return ok
 }
 
-// restarted records a kernel restart: in-flight requests can never complete
-// and the next request must nudge first.
-func (k *Kernel) restarted() {
+// restarted records a kernel restart (after its process ended as exit
+// says, if known): in-flight requests can never complete and the next
+// request must nudge first.
+func (k *Kernel) restarted(exit *ExitStatus) {
 	k.mu.Lock()
 	k.restarts++
+	k.lastExit = exit
 	k.needNudge = true
 	pend := k.takePendingLocked()
 	k.changedLocked()

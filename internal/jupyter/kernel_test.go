@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/envd-dev/envd/internal/jupyter"
 	"github.com/envd-dev/envd/internal/testutil"
 )
@@ -191,17 +193,37 @@ func TestKernelDeathEndsExecution(t *testing.T) {
 	if !errors.Is(r.err, jupyter.ErrKernelRestarted) {
 		t.Fatalf("execution ended with %v, want ErrKernelRestarted", r.err)
 	}
-	if st := k.Status(); st.Restarts != 1 || st.Err != nil {
-		t.Errorf("status after death = %+v", st)
+	// How the process ended comes with the restart (kernel_exit.py).
+	if st := k.Status(); st.Restarts != 1 || st.Err != nil || st.Exit == nil || *st.Exit != (jupyter.ExitStatus{Code: 1}) {
+		t.Errorf("status after death = %+v (exit %v)", st, st.Exit)
 	}
 	// Same kernel id, fresh process, fresh state.
 	r = execute(t, k, "x")
 	if r.err != nil || len(r.errors) != 1 || r.errors[0].EName != "NameError" {
 		t.Fatalf("x after restart: err=%v errors=%+v", r.err, r.errors)
 	}
-	if got := pidOf(t, k); got == pid {
-		t.Errorf("kernel pid unchanged (%d)", got)
+	newPID := pidOf(t, k)
+	if newPID == pid {
+		t.Errorf("kernel pid unchanged (%d)", newPID)
 	}
+	// Killed by a signal.
+	restarts := k.Status().Restarts
+	if err := unix.Kill(newPID, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testutil.Context(t, kernelTimeout)
+	for st := k.Status(); st.Restarts == restarts; st = k.Status() {
+		select {
+		case <-st.Changed:
+		case <-ctx.Done():
+			t.Fatal("the killed kernel was not restarted")
+		}
+	}
+	if st := k.Status(); st.Exit == nil || st.Exit.String() != "signal SIGKILL" {
+		t.Errorf("exit after SIGKILL = %v", st.Exit)
+	}
+	// Up again (a kernel deleted while it restarts fails the delete).
+	mustOK(t, execute(t, k, "1"))
 }
 
 func TestRestartThenExecuteGetsOutput(t *testing.T) {
@@ -223,8 +245,8 @@ func TestRestartThenExecuteGetsOutput(t *testing.T) {
 			t.Fatalf("state survived restart %d: %+v", i, r.errors)
 		}
 	}
-	if st := k.Status(); st.Restarts != 5 {
-		t.Errorf("restarts = %d, want 5", st.Restarts)
+	if st := k.Status(); st.Restarts != 5 || st.Exit != nil {
+		t.Errorf("restarts = %d, want 5; exit %v, want none (asked for)", st.Restarts, st.Exit)
 	}
 }
 

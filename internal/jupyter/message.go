@@ -140,7 +140,7 @@ type wireMessage struct {
 	ParentHeader json.RawMessage `json:"parent_header"`
 	Metadata     json.RawMessage `json:"metadata"`
 	Content      json.RawMessage `json:"content"`
-	Buffers      []any           `json:"buffers"`
+	Buffers      json.RawMessage `json:"buffers"` // not decoded: buffers come in binary frames
 	Channel      string          `json:"channel"`
 }
 
@@ -199,9 +199,11 @@ func splitBinary(data []byte) ([][]byte, error) {
 		return nil, errBadFrame
 	}
 	n := binary.BigEndian.Uint32(data)
-	// Each offset takes 4 bytes, so n cannot exceed what the frame can hold;
-	// checking first keeps a hostile count from allocating.
-	if n == 0 || uint64(n) > uint64(len(data)-4)/4 {
+	// Checked before allocating: each offset takes 4 bytes, so n cannot
+	// exceed what the frame can hold, and a message has at most
+	// maxMessageParts parts (each costs envd a slice header: 4.4 million
+	// empty ones fit in a frame of wholeFrameLimit).
+	if n == 0 || n > maxMessageParts || uint64(n) > uint64(len(data)-4)/4 {
 		return nil, errBadFrame
 	}
 	offs := make([]int, n)
@@ -230,7 +232,7 @@ func (m *Message) encode() (data []byte, binaryFrame bool, err error) {
 		ParentHeader: emptyObject,
 		Metadata:     m.Metadata,
 		Content:      m.Content,
-		Buffers:      []any{},
+		Buffers:      json.RawMessage("[]"),
 		Channel:      m.Channel,
 	}
 	if m.ParentHeader.MsgID != "" {

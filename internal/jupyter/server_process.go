@@ -33,6 +33,13 @@ var serverConfigPy []byte
 //go:embed server_hooks.py
 var serverHooksPy []byte
 
+// kernelExitPy adds to the "restarting" status a dead kernel's WebSockets
+// get how its process ended (KernelStatus.Exit). Written to our
+// JUPYTER_CONFIG_DIR, after serverConfigPy.
+//
+//go:embed kernel_exit.py
+var kernelExitPy []byte
+
 // earlyBootPy runs the server (in place of python3 -m jupyter_server),
 // first launching the kernel envd will ask for first, so that the two
 // start side by side; earlyKernelPy, in the server's config, hands that
@@ -212,6 +219,7 @@ func (s *Supervisor) writeConfig(token string) error {
 	if !s.opts.DisableLatencyFixes {
 		py = append(py, serverConfigPy...)
 	}
+	py = append(py, kernelExitPy...)
 	py = append(py, earlyKernelPy...)
 	if err := writeFileAt(cfg, "jupyter_server_config.py", py, 0o644, -1); err != nil {
 		return err

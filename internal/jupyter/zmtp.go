@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -29,10 +30,39 @@ const (
 	zmtpCommand = 0x04
 )
 
-// zmtpMaxCommand bounds a command frame (READY, ERROR) from the peer.
+// zmtpMaxCommand bounds a command frame (READY, ERROR, PING) from the
+// peer; a bigger one fails the connection.
 const zmtpMaxCommand = 4 << 10
 
-var errZMTP = errors.New("zmtp")
+// A message's budget. The peer (the kernel, so the sandbox user's code)
+// decides how many frames a message has and how long each is; what envd
+// may hold of one message is bounded as for the WebSocket (frame.go): one
+// message costs at most wholeFrameLimit, in at most maxMessageParts
+// frames. Every frame costs zmtpFrameCost (an empty one is 2 bytes on the
+// wire but a slice header and more in envd), and a frame read into memory
+// (readSmall) its payload too, charged before it is allocated. Frames
+// skipped or streamed (an envelope too big to route; content bigger than
+// what is left, which goes through readFrame's bounded decoding, so that a
+// 50 MB print still arrives whole) cost zmtpFrameCost alone: their bytes
+// are not kept.
+//
+// A frame whose payload does not fit is skipped, and its message's reader
+// drops it as the WebSocket's reader does (readSmall reports false). A
+// message whose frames alone go over the budget or the count fails the
+// connection with errMessageBound, at that frame's header: the direct path
+// then reconnects, as after any other broken connection.
+const (
+	// zmtpFrameCost is what a frame costs besides its payload.
+	zmtpFrameCost = 32
+	// zmtpMessageBudget is what one message may cost.
+	zmtpMessageBudget = wholeFrameLimit
+)
+
+var (
+	errZMTP = errors.New("zmtp")
+	// errMessageBound is the peer's sending a message over its bound.
+	errMessageBound = fmt.Errorf("%w: kernel message over its bound", errZMTP)
+)
 
 // zsock is one ZMTP connection. Sends may come from any goroutine; reads
 // from one.
@@ -40,6 +70,13 @@ type zsock struct {
 	c   net.Conn
 	br  *bufio.Reader
 	wmu sync.Mutex
+
+	// The reader's state: the message being read. Only the reading
+	// goroutine touches these.
+	more   bool             // the last frame had MORE: the next one is of the same message
+	frames int              // the message's frames so far
+	cost   int              // what they cost (see zmtpMessageBudget)
+	body   io.LimitedReader // the unread payload of the last frame
 }
 
 // dialZMTP connects to addr and shakes hands as a socket of type sockType
@@ -55,7 +92,7 @@ func dialZMTP(ctx context.Context, addr, sockType string) (*zsock, error) {
 	} else {
 		c.SetDeadline(time.Now().Add(10 * time.Second))
 	}
-	z := &zsock{c: c, br: bufio.NewReaderSize(c, 64<<10)}
+	z := newZsock(c)
 	if err := z.handshake(sockType); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("%w: %s handshake with %s: %w", errZMTP, sockType, addr, err)
@@ -64,6 +101,13 @@ func dialZMTP(ctx context.Context, addr, sockType string) (*zsock, error) {
 	return z, nil
 }
 
+func newZsock(c net.Conn) *zsock {
+	return &zsock{c: c, br: bufio.NewReaderSize(c, 64<<10)}
+}
+
+// handshake sends envd's greeting and READY and reads the peer's: every
+// length read is checked before anything is allocated for it (the
+// greeting has a fixed size, a command at most zmtpMaxCommand).
 func (z *zsock) handshake(sockType string) error {
 	var g [zmtpGreetingLen]byte
 	g[0], g[9] = 0xff, 0x7f
@@ -163,40 +207,73 @@ func (z *zsock) frameHeader() (flags byte, size uint64, err error) {
 	if _, err := io.ReadFull(z.br, b[:]); err != nil {
 		return 0, 0, err
 	}
-	return flags, binary.BigEndian.Uint64(b[:]), nil
+	size = binary.BigEndian.Uint64(b[:])
+	if size > math.MaxInt64 { // ZMTP 3: the most significant bit is zero
+		return 0, 0, fmt.Errorf("%w: a frame of %d bytes", errZMTP, size)
+	}
+	return flags, size, nil
 }
 
 // zframe is a frame being read: its flags, size, and the body unread.
 type zframe struct {
+	z    *zsock
 	more bool
 	size uint64
 	body io.Reader // at most size bytes; read it, or skip it, before the next frame
 }
 
 // next returns the next message frame, skipping commands (a PING, say).
+// It charges the frame to its message and fails once the message is over
+// its bound (see zmtpMessageBudget).
 func (z *zsock) next() (zframe, error) {
+	if z.body.N > 0 { // what the caller left of the last frame
+		if err := (zframe{z: z, body: &z.body}).skip(); err != nil {
+			return zframe{}, err
+		}
+	}
 	for {
 		flags, size, err := z.frameHeader()
 		if err != nil {
 			return zframe{}, err
 		}
+		if !z.more { // the first frame of a message
+			z.frames, z.cost = 0, 0
+		}
+		z.frames++
+		z.cost += zmtpFrameCost
+		if z.frames > maxMessageParts {
+			return zframe{}, fmt.Errorf("%w: more than %d frames", errMessageBound, maxMessageParts)
+		}
+		if z.cost > zmtpMessageBudget {
+			return zframe{}, fmt.Errorf("%w: %d frames cost more than %d bytes (%d bytes kept, %d a frame)",
+				errMessageBound, z.frames, zmtpMessageBudget, z.cost-z.frames*zmtpFrameCost, zmtpFrameCost)
+		}
 		if flags&zmtpCommand != 0 {
-			if _, err := io.CopyN(io.Discard, z.br, int64(min(size, 1<<62))); err != nil {
+			if size > zmtpMaxCommand {
+				return zframe{}, fmt.Errorf("%w: a command of %d bytes (at most %d)", errZMTP, size, zmtpMaxCommand)
+			}
+			if _, err := z.br.Discard(int(size)); err != nil {
 				return zframe{}, err
 			}
 			continue
 		}
-		return zframe{more: flags&zmtpMore != 0, size: size, body: io.LimitReader(z.br, int64(min(size, 1<<62)))}, nil
+		z.more = flags&zmtpMore != 0
+		z.body = io.LimitedReader{R: z.br, N: int64(size)}
+		return zframe{z: z, more: z.more, size: size, body: &z.body}, nil
 	}
 }
 
-// readSmall reads a frame whole if it holds at most limit bytes; else it
-// skips it and reports false.
+// room is what the message being read may still cost.
+func (z *zsock) room() uint64 { return uint64(max(zmtpMessageBudget-z.cost, 0)) }
+
+// readSmall reads a frame whole if it holds at most limit bytes and fits
+// in its message's budget, which it is charged to; else it skips it and
+// reports false.
 func (f zframe) readSmall(limit int) ([]byte, bool, error) {
-	if f.size > uint64(limit) {
-		_, err := io.Copy(io.Discard, f.body)
-		return nil, false, err
+	if f.size > uint64(limit) || f.size > f.z.room() {
+		return nil, false, f.skip()
 	}
+	f.z.cost += int(f.size)
 	b := make([]byte, f.size)
 	_, err := io.ReadFull(f.body, b)
 	return b, true, err
@@ -204,8 +281,13 @@ func (f zframe) readSmall(limit int) ([]byte, bool, error) {
 
 // skip discards what is left of the frame.
 func (f zframe) skip() error {
-	_, err := io.Copy(io.Discard, f.body)
-	return err
+	if _, err := io.Copy(io.Discard, f.body); err != nil {
+		return err
+	}
+	if f.z.body.N > 0 {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
 }
 
 func (z *zsock) Close() error { return z.c.Close() }
