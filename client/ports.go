@@ -23,9 +23,13 @@ type Port struct {
 	Address string
 	Port    int
 	Family  string // "ipv4" or "ipv6"
-	// Loopback: bound to a loopback address. Envd: one of envd's own
-	// (never forwarded).
+	// Loopback: bound to a loopback address. Envd: private, never
+	// forwarded: envd's own, its Jupyter server's or a kernel's line to
+	// that server (Private says whose).
 	Loopback, Envd bool
+	// Private says whose a private listener is: "envd", "jupyter" or
+	// "kernel"; "" for the workload's.
+	Private string
 	// Forwarded: at least one external address is forwarded to it, from
 	// ForwardedFrom ("10.0.0.2:8080").
 	Forwarded     bool
@@ -170,6 +174,12 @@ func (w *PortWatch) Close() error {
 	return nil
 }
 
+var privates = map[ptpb.Private]string{
+	ptpb.Private_PRIVATE_ENVD:    "envd",
+	ptpb.Private_PRIVATE_JUPYTER: "jupyter",
+	ptpb.Private_PRIVATE_KERNEL:  "kernel",
+}
+
 func portsFromProto(ps []*ptpb.Port) []Port {
 	out := make([]Port, len(ps))
 	for i, p := range ps {
@@ -186,6 +196,7 @@ func portFromProto(p *ptpb.Port) Port {
 	if p.GetFamily() == ptpb.Family_FAMILY_IPV6 {
 		out.Family = "ipv6"
 	}
+	out.Private = privates[p.GetPrivate()]
 	for _, f := range p.GetForwardFailures() {
 		out.ForwardFailures = append(out.ForwardFailures, PortFailure{From: f.GetFrom(), Message: f.GetMessage()})
 	}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -14,17 +16,17 @@ import (
 )
 
 type portsOpts struct {
-	watch, json, forwarded bool
-	ports, family          string
-	pid                    int
+	watch, json, forwarded, all bool
+	ports, family               string
+	pid                         int
 }
 
-const portsUsage = "[--watch] [--json] [--port N[,N...]] [--pid PID] [--family ipv4|ipv6] [--forwarded]"
+const portsUsage = "[--watch] [--json] [--all] [--port N[,N...]] [--pid PID] [--family ipv4|ipv6] [--forwarded]"
 
 var portsCommand = &command{
 	name:         "ports",
 	args:         portsUsage,
-	summary:      "list the sandbox's TCP listeners and where envd forwards them from (--watch: then their changes, until interrupted)",
+	summary:      "list the sandbox's TCP listeners and where envd forwards them from (--watch: then their changes, until interrupted); envd's, its Jupyter server's and the kernels' private ones only with --all",
 	interspersed: true,
 	flags: func(fs *flag.FlagSet) any {
 		o := &portsOpts{}
@@ -34,6 +36,7 @@ var portsCommand = &command{
 		fs.IntVar(&o.pid, "pid", 0, "only the listeners of this process")
 		fs.StringVar(&o.family, "family", "", "only this `FAMILY`: ipv4 or ipv6")
 		fs.BoolVar(&o.forwarded, "forwarded", false, "only the listeners envd forwards to")
+		fs.BoolVar(&o.all, "all", false, "also the private listeners (never forwarded), marked whose: envd (envd's own), jupyter (its Jupyter server's), kernel (a kernel's line to that server)")
 		return o
 	},
 	run: runPorts,
@@ -65,6 +68,9 @@ func runPorts(ctx context.Context, e *env, opts any, args []string) error {
 		if err != nil {
 			return err
 		}
+		if !o.all {
+			ps = slices.DeleteFunc(ps, isPrivate)
+		}
 		if o.json {
 			out := make([]portJSON, len(ps))
 			for i, p := range ps {
@@ -72,13 +78,18 @@ func runPorts(ctx context.Context, e *env, opts any, args []string) error {
 			}
 			return printJSON(e.stdout, out)
 		}
-		return printPorts(e.stdout, ps)
+		return printPorts(e.stdout, ps, o.all)
 	}
 	w, err := e.c.WatchPorts(ctx, f)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
+	shown := watchShown{}
+	if !o.all {
+		w.Snapshot = slices.DeleteFunc(w.Snapshot, isPrivate)
+		shown.snapshot(w.Snapshot)
+	}
 	if o.json {
 		snap := make([]portJSON, len(w.Snapshot))
 		for i, p := range w.Snapshot {
@@ -87,12 +98,15 @@ func runPorts(ctx context.Context, e *env, opts any, args []string) error {
 		if err := printJSON(e.stdout, portEventJSON{Event: "snapshot", Ports: snap}); err != nil {
 			return nil
 		}
-	} else if err := printPorts(e.stdout, w.Snapshot); err != nil {
+	} else if err := printPorts(e.stdout, w.Snapshot, o.all); err != nil {
 		return nil
 	}
 	for ch, err := range w.Changes() {
 		if err != nil {
 			return err
+		}
+		if !o.all && !shown.pass(&ch) {
+			continue
 		}
 		var werr error
 		if o.json {
@@ -112,12 +126,71 @@ func runPorts(ctx context.Context, e *env, opts any, args []string) error {
 	return nil
 }
 
-// printPorts prints ps as a table.
-func printPorts(w io.Writer, ps []client.Port) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PORT\tADDRESS\tPID\tPROCESS\tFORWARDED FROM")
+// watchShown is what a watch without --all has shown: the listeners that
+// are not private. A listener that was shown and becomes private (its
+// owner changed) is shown once more, so that its last line is not stale;
+// one that was private and no longer is shows as opened.
+type watchShown map[portKey]bool
+
+// portKey tells a listener apart from the others in a watch.
+type portKey struct {
+	address string
+	port    int
+	pid     int
+}
+
+func keyOf(p client.Port) portKey { return portKey{p.Address, p.Port, p.PID} }
+
+func (s watchShown) snapshot(ps []client.Port) {
 	for _, p := range ps {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", p.Port, p.Address, pidString(p.PID), p.Process, forwardNote(p))
+		s[keyOf(p)] = true
+	}
+}
+
+// pass says whether ch is shown, and makes its kind what the watch's
+// reader expects.
+func (s watchShown) pass(ch *client.PortChange) bool {
+	k := keyOf(ch.Port)
+	switch {
+	case isPrivate(ch.Port) && !s[k]:
+		return false
+	case !s[k] && ch.Kind == "updated":
+		ch.Kind = "opened"
+	}
+	if ch.Kind == "closed" || isPrivate(ch.Port) {
+		delete(s, k)
+	} else {
+		s[k] = true
+	}
+	return true
+}
+
+// whose says whose a private listener is ("" for the workload's): an envd
+// that predates Private says only that it is envd's.
+func whose(p client.Port) string {
+	if p.Private == "" && p.Envd {
+		return "envd"
+	}
+	return p.Private
+}
+
+func isPrivate(p client.Port) bool { return whose(p) != "" }
+
+// printPorts prints ps as a table; with all, a column says whose the
+// private ones are.
+func printPorts(w io.Writer, ps []client.Port, all bool) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if all {
+		fmt.Fprintln(tw, "PORT\tADDRESS\tPID\tPROCESS\tPRIVATE\tFORWARDED FROM")
+	} else {
+		fmt.Fprintln(tw, "PORT\tADDRESS\tPID\tPROCESS\tFORWARDED FROM")
+	}
+	for _, p := range ps {
+		if all {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", p.Port, p.Address, pidString(p.PID), p.Process, cmp.Or(whose(p), "-"), forwardNote(p))
+		} else {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", p.Port, p.Address, pidString(p.PID), p.Process, forwardNote(p))
+		}
 	}
 	return tw.Flush()
 }
@@ -139,8 +212,8 @@ func forwardNote(p client.Port) string {
 	switch {
 	case len(out) > 0:
 		return strings.Join(out, ", ")
-	case p.Envd:
-		return "- (envd's own)"
+	case isPrivate(p):
+		return "- (private)"
 	case p.Loopback:
 		return "- (loopback only)"
 	}
@@ -156,8 +229,8 @@ func describePort(p client.Port) string {
 	switch {
 	case p.Forwarded || len(p.ForwardFailures) > 0:
 		s += " forwarded from " + forwardNote(p)
-	case p.Envd:
-		s += " (envd's own)"
+	case isPrivate(p):
+		s += " (private: " + whose(p) + ")"
 	case p.Loopback:
 		s += " (loopback only)"
 	}
@@ -172,7 +245,8 @@ type portJSON struct {
 	PID             int               `json:"pid"`
 	Process         string            `json:"process"`
 	Loopback        bool              `json:"loopback"`
-	Envd            bool              `json:"envd"`
+	Envd            bool              `json:"envd"`    // private (never forwarded)
+	Private         string            `json:"private"` // whose: envd, jupyter, kernel; "": the workload's
 	Forwarded       bool              `json:"forwarded"`
 	ForwardedFrom   []string          `json:"forwarded_from"`
 	ForwardFailures []portFailureJSON `json:"forward_failures,omitempty"`
@@ -193,7 +267,7 @@ type portEventJSON struct {
 func toPortJSON(p client.Port) portJSON {
 	out := portJSON{
 		Port: p.Port, Address: p.Address, Family: p.Family, PID: p.PID, Process: p.Process,
-		Loopback: p.Loopback, Envd: p.Envd, Forwarded: p.Forwarded, ForwardedFrom: p.ForwardedFrom,
+		Loopback: p.Loopback, Envd: isPrivate(p), Private: whose(p), Forwarded: p.Forwarded, ForwardedFrom: p.ForwardedFrom,
 	}
 	if out.ForwardedFrom == nil {
 		out.ForwardedFrom = []string{}

@@ -17,11 +17,13 @@ type portsPart struct {
 	done   chan struct{}
 }
 
-// newPorts builds the ports monitor and its service. The monitor counts
-// envd's Jupyter server as envd (its port is never forwarded), and so the
-// kernels' ZeroMQ channels to it; anything else a kernel listens on (a
-// Gradio app run in a notebook) is the workload's, as are servers kernels
-// start.
+// newPorts builds the ports monitor and its service. Private, never
+// forwarded: envd's own listeners, whatever its Jupyter server listens on,
+// and its kernels' lines to the server (each kernel's ZeroMQ channels and
+// the sockets of their poller, ipykernel's IOPub pipe among them). What a
+// kernel's subprocess listens on, or a server code run in a kernel starts
+// in a thread (a Gradio or Flask app run in a notebook), is the
+// workload's. internal/ports/private.go has the rule.
 func newPorts(cfg Config, log *slog.Logger, defs *defaults.Defaults, code *codeExec) (*portsPart, server.Route) {
 	opts := ports.Options{
 		Logger:   log.With("component", "ports"),
@@ -31,13 +33,10 @@ func newPorts(cfg Config, log *slog.Logger, defs *defaults.Defaults, code *codeE
 		// mock clock must not also drive the scans.
 	}
 	if code.sup != nil {
-		opts.Ignore = func() []int {
-			if st := code.sup.Status(); st.PID != 0 {
-				return []int{st.PID}
-			}
-			return nil
-		}
-		opts.Private = code.sup.KernelChannels
+		// Status().PID is the server's from its spawn (or adoption) on:
+		// its port is private from the start.
+		opts.JupyterServer = func() int { return code.sup.Status().PID }
+		opts.KernelChannels = code.sup.KernelChannels
 	}
 	m := ports.New(opts)
 	path, h := portsconnect.New(m, portsconnect.Options{Logger: log}).Handler(server.HandlerOptions(log, defs)...)

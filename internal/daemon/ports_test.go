@@ -15,7 +15,7 @@ import (
 )
 
 // The ports service is routed on the main port: it lists envd's own
-// listener as envd's (forwarding is off: this runs in the machine's
+// listener as envd's (private) (forwarding is off: this runs in the machine's
 // network namespace; internal/ports tests forwarding in one of its own),
 // and refuses a nonsense filter.
 func TestPortsService(t *testing.T) {
@@ -33,8 +33,8 @@ func TestPortsService(t *testing.T) {
 	for _, p := range l.Msg.GetPorts() {
 		if p.GetAddress() == ap.Addr().String() {
 			found = true
-			if !p.GetEnvd() || p.GetPid() != uint32(os.Getpid()) || p.GetForwarded() {
-				t.Errorf("envd's listener: %v, want envd's (pid %d), not forwarded", p, os.Getpid())
+			if !p.GetEnvd() || p.GetPrivate() != pb.Private_PRIVATE_ENVD || p.GetPid() != uint32(os.Getpid()) || p.GetForwarded() {
+				t.Errorf("envd's listener: %v, want envd's (pid %d), private, not forwarded", p, os.Getpid())
 			}
 		}
 	}

@@ -10,9 +10,11 @@
 // in-process, one listener per external address, each accepted connection
 // copied both ways to the loopback listener with half-closes passed on. A
 // forward stops (its listener and connections closed) when its loopback
-// listener goes away. envd's own sockets, ports that already have a
-// listener on a wildcard or external address, and addresses that cannot be
-// bound (taken) are not forwarded; the last are reported.
+// listener goes away. Private listeners (envd's own, its Jupyter server's,
+// and its kernels' lines to that server: private.go says which), ports
+// that already have a listener on a wildcard or external address, and
+// addresses that cannot be bound (taken) are not forwarded; the last are
+// reported.
 //
 // The package knows nothing of the wire: portsconnect serves it as the
 // Connect service envd.ports.v1.PortService.

@@ -44,6 +44,32 @@ func (l Listener) Loopback() bool { return l.Addr.Unmap().IsLoopback() }
 // Wildcard reports whether the listener is bound to every address.
 func (l Listener) Wildcard() bool { return l.Addr.Unmap().IsUnspecified() }
 
+// Private says whose a private listener is: envd never forwards one.
+// The rule is private.go's.
+type Private uint8
+
+// The private listeners' owners.
+const (
+	NotPrivate     Private = iota // the workload's
+	PrivateEnvd                   // envd's own: its API and code ports
+	PrivateJupyter                // envd's Jupyter server's: any it listens on
+	PrivateKernel                 // a kernel's line to the Jupyter server: its channels, ipykernel's IOPub pipe
+)
+
+func (p Private) String() string {
+	switch p {
+	case NotPrivate:
+		return ""
+	case PrivateEnvd:
+		return "envd"
+	case PrivateJupyter:
+		return "jupyter"
+	case PrivateKernel:
+		return "kernel"
+	}
+	return fmt.Sprintf("private(%d)", uint8(p))
+}
+
 // Port is a listener and what envd knows and does about it.
 type Port struct {
 	Listener
@@ -51,8 +77,9 @@ type Port struct {
 	// name; 0 and "" when none was found.
 	PID     int
 	Process string
-	// Envd: the socket is envd's own, never forwarded.
-	Envd bool
+	// Private says whose the socket is when it is not the workload's:
+	// such a socket is never forwarded.
+	Private Private
 	// ForwardedFrom are the external addresses forwarded to this listener,
 	// sorted.
 	ForwardedFrom []netip.AddrPort

@@ -41,14 +41,17 @@ type Options struct {
 	// DialTimeout bounds the connection to a loopback listener. Zero:
 	// DefaultDialTimeout.
 	DialTimeout time.Duration
-	// Ignore, if set, returns processes whose sockets count as envd's own
-	// (never forwarded), besides envd's own process: its Jupyter server.
-	Ignore func() []int
-	// Private, if set, returns the ports on which process pid listens
-	// for envd rather than for the workload (a kernel's ZeroMQ channels
-	// to envd's Jupyter server): they count as envd's too. It is called
-	// at most once per process and scan.
-	Private func(pid int) []uint16
+	// JupyterServer, if set, returns the pid of envd's Jupyter server, 0
+	// while none runs. What it listens on is private (PrivateJupyter), and
+	// so are its kernels' lines to it (PrivateKernel): see private.go.
+	// Zero: no Jupyter server.
+	JupyterServer func() int
+	// KernelChannels, if set, returns the ports of the ZeroMQ channels of
+	// process pid when its command line names a connection file of that
+	// server (the file's ports), else nil. It is asked only about the
+	// server's children holding listeners, at most once per process and
+	// scan. Zero: no process is a kernel.
+	KernelChannels func(pid int) []uint16
 	// Proc is where procfs is mounted. Zero: "/proc".
 	Proc string
 }
@@ -64,6 +67,7 @@ type Monitor struct {
 
 	updateMu sync.Mutex // one update at a time; guards what follows
 	owners   *owners
+	privacy  *privacy
 	useProc  bool   // sock_diag is missing: read /proc/net
 	lastErr  string // the last scan error logged
 
@@ -98,6 +102,7 @@ func New(opts Options) *Monitor {
 		fwd:     newForwarder(opts.Logger, opts.Clock, opts.MaxConns, opts.DialTimeout),
 		wake:    make(chan struct{}, 1),
 		owners:  newOwners(opts.Proc),
+		privacy: newPrivacy(opts.Proc, opts.JupyterServer, opts.KernelChannels),
 		changed: make(chan struct{}),
 	}
 }
@@ -224,29 +229,11 @@ func (m *Monitor) scan() ([]Port, error) {
 		}
 	}
 	owners := m.owners.resolve(inodes)
-	envd := map[int]bool{m.self: true}
-	if m.opts.Ignore != nil {
-		for _, pid := range m.opts.Ignore() {
-			envd[pid] = true
-		}
-	}
-	private := map[int][]uint16{}
-	isPrivate := func(pid int, port uint16) bool {
-		if m.opts.Private == nil || pid == 0 {
-			return false
-		}
-		ps, ok := private[pid]
-		if !ok {
-			ps = m.opts.Private(pid)
-			private[pid] = ps
-		}
-		return slices.Contains(ps, port)
-	}
+	private := m.privacy.classify(m.self, kept, owners)
 	ports := make([]Port, 0, len(kept))
 	for _, l := range kept {
 		ow := owners[l.Inode]
-		own := ow.pid != 0 && (envd[ow.pid] || isPrivate(ow.pid, l.Port))
-		ports = append(ports, Port{Listener: l, PID: ow.pid, Process: ow.name, Envd: own})
+		ports = append(ports, Port{Listener: l, PID: ow.pid, Process: ow.name, Private: private[l.Inode]})
 	}
 	slices.SortFunc(ports, func(a, b Port) int {
 		return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.Family, b.Family), a.Addr.Compare(b.Addr), cmp.Compare(a.Inode, b.Inode))
@@ -257,7 +244,7 @@ func (m *Monitor) scan() ([]Port, error) {
 func compareAddrPort(a, b netip.AddrPort) int { return a.Compare(b) }
 
 // forwards returns what should be forwarded: for each port whose every
-// listener is bound to loopback and none is envd's, each external address
+// listener is bound to loopback and none is private, each external address
 // on that port goes to the loopback listener of its family (the other
 // family's if it has none). ports is sorted: the first listener of a
 // family wins.
@@ -274,7 +261,7 @@ func forwards(ports []Port, ext []netip.Addr) map[netip.AddrPort]netip.AddrPort 
 		ok := true
 		for i := range ps {
 			p := &ps[i]
-			if !p.Loopback() || p.Envd {
+			if !p.Loopback() || p.Private != NotPrivate {
 				ok = false
 				break
 			}
@@ -359,7 +346,7 @@ func (m *Monitor) current() ([]Port, <-chan struct{}) {
 }
 
 func (p Port) equal(q Port) bool {
-	return p.Listener == q.Listener && p.PID == q.PID && p.Process == q.Process && p.Envd == q.Envd &&
+	return p.Listener == q.Listener && p.PID == q.PID && p.Process == q.Process && p.Private == q.Private &&
 		slices.Equal(p.ForwardedFrom, q.ForwardedFrom) && slices.Equal(p.Failures, q.Failures)
 }
 
@@ -370,7 +357,7 @@ type ChangeKind int
 const (
 	Opened  ChangeKind = iota + 1 // appeared, or now matches the filter
 	Closed                        // went away, or no longer matches the filter
-	Updated                       // its owner or forwarding changed
+	Updated                       // its owner, privacy or forwarding changed
 )
 
 func (k ChangeKind) String() string {

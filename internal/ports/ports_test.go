@@ -112,10 +112,10 @@ func TestListOwners(t *testing.T) {
 
 	p := only(t, list(t, m, ports.Filter{}), s.Port)
 	if p.PID != s.PID || p.Process != portstest.ServerName() || p.Family != ports.IPv4 || p.Addr != netip.MustParseAddr("127.0.0.1") ||
-		!p.Loopback() || p.Envd || p.Forwarded() {
-		t.Errorf("the server's listener: %+v, want pid %d, name %q, 127.0.0.1, not envd's, not forwarded", p, s.PID, portstest.ServerName())
+		!p.Loopback() || p.Private != ports.NotPrivate || p.Forwarded() {
+		t.Errorf("the server's listener: %+v, want pid %d, name %q, 127.0.0.1, not private, not forwarded", p, s.PID, portstest.ServerName())
 	}
-	if p := only(t, list(t, m, ports.Filter{}), ownPort); p.PID != os.Getpid() || !p.Envd || p.Forwarded() {
+	if p := only(t, list(t, m, ports.Filter{}), ownPort); p.PID != os.Getpid() || p.Private != ports.PrivateEnvd || p.Forwarded() {
 		t.Errorf("envd's own listener: %+v", p)
 	}
 	if ps := list(t, m, ports.Filter{PID: s.PID}); len(ps) != 1 || ps[0].Port != s.Port {
@@ -179,12 +179,14 @@ func TestForward(t *testing.T) {
 }
 
 // TestNotForwarded: wildcard listeners, ports that also have a listener
-// on an external address, and envd's own are left alone; an external
+// on an external address, envd's own and a kernel's channel are left
+// alone; an external
 // address that is taken is reported on the listener, the others are
 // forwarded, and it is forwarded once free.
 func TestNotForwarded(t *testing.T) {
 	portstest.RequireNetns(t)
-	// private listens for envd (as a kernel's channels do): Private says so.
+	// private is a kernel's channel (KernelChannels says so): the test
+	// process stands for the Jupyter server, whose child private is.
 	private := portstest.StartServer(t, "127.0.0.1:0")
 	privateOf := func(pid int) []uint16 {
 		if pid == private.PID {
@@ -192,7 +194,7 @@ func TestNotForwarded(t *testing.T) {
 		}
 		return nil
 	}
-	m := ports.New(ports.Options{Logger: quietLog(), Forward: true, Clock: quartz.NewMock(t), Private: privateOf})
+	m := ports.New(ports.Options{Logger: quietLog(), Forward: true, Clock: quartz.NewMock(t), JupyterServer: os.Getpid, KernelChannels: privateOf})
 	run(t, m)
 
 	wild := portstest.StartServer(t, "0.0.0.0:0")
@@ -228,8 +230,8 @@ func TestNotForwarded(t *testing.T) {
 			t.Errorf("forwarded: %+v", p)
 		}
 	}
-	if p := only(t, ps, private.Port); !p.Envd || p.PID != private.PID {
-		t.Errorf("a private listener not counted as envd's: %+v", p)
+	if p := only(t, ps, private.Port); p.Private != ports.PrivateKernel || p.PID != private.PID {
+		t.Errorf("a kernel's channel not private: %+v", p)
 	}
 	for _, p := range ps {
 		if p.Port == lo.Port && (p.Forwarded() || len(p.Failures) > 0) {

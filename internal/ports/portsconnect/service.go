@@ -152,6 +152,13 @@ var kinds = map[ports.ChangeKind]pb.ChangeKind{
 	ports.Updated: pb.ChangeKind_CHANGE_KIND_UPDATED,
 }
 
+var privates = map[ports.Private]pb.Private{
+	ports.NotPrivate:     pb.Private_PRIVATE_UNSPECIFIED,
+	ports.PrivateEnvd:    pb.Private_PRIVATE_ENVD,
+	ports.PrivateJupyter: pb.Private_PRIVATE_JUPYTER,
+	ports.PrivateKernel:  pb.Private_PRIVATE_KERNEL,
+}
+
 func toProto(ps []ports.Port) []*pb.Port {
 	out := make([]*pb.Port, len(ps))
 	for i, p := range ps {
@@ -168,8 +175,9 @@ func portProto(p ports.Port) *pb.Port {
 		Port:        uint32(p.Port),
 		Family:      pb.Family_FAMILY_IPV4,
 		Loopback:    p.Loopback(),
-		Envd:        p.Envd,
+		Envd:        p.Private != ports.NotPrivate,
 		Forwarded:   p.Forwarded(),
+		Private:     privates[p.Private],
 	}
 	if p.Family == ports.IPv6 {
 		out.Family = pb.Family_FAMILY_IPV6

@@ -23,11 +23,15 @@ import (
 )
 
 // serve serves a monitor (forwarding in the test's namespace, scanning every 20 ms on the real
-// clock) and returns a client of it; both stop when the test ends.
-func serve(t *testing.T) portsv1connect.PortServiceClient {
+// clock; more options set by opts) and returns a client of it; both stop when the test ends.
+func serve(t *testing.T, opts ...func(*ports.Options)) portsv1connect.PortServiceClient {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m := ports.New(ports.Options{Logger: log, Forward: portstest.InNetns(), Interval: 20 * time.Millisecond})
+	o := ports.Options{Logger: log, Forward: portstest.InNetns(), Interval: 20 * time.Millisecond}
+	for _, f := range opts {
+		f(&o)
+	}
+	m := ports.New(o)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -62,6 +66,56 @@ func TestList(t *testing.T) {
 		ps[0].GetAddress() != "::1" || ps[0].GetFamily() != pb.Family_FAMILY_IPV6 || !ps[0].GetLoopback() || !ps[0].GetForwarded() ||
 		strings.Join(ps[0].GetForwardedFrom(), " ") != strings.Join(want, " ") {
 		t.Fatalf("List: %v, want the server (pid %d) on ::1 forwarded from %v", ps, s.PID, want)
+	}
+}
+
+// TestListPrivate: private listeners say whose they are (private) and
+// are envd's (envd, for the clients that know only that): envd's own, the
+// Jupyter server's, a kernel's channel and its pipe; the workload's say
+// neither.
+func TestListPrivate(t *testing.T) {
+	portstest.RequireNetns(t)
+	j := portstest.StartJupyter(t)
+	k := j.Kernel
+	c := serve(t, func(o *ports.Options) {
+		o.JupyterServer = func() int { return j.ServerPID }
+		o.KernelChannels = func(pid int) []uint16 {
+			if pid == k.PID {
+				return []uint16{k.Channel}
+			}
+			return nil
+		}
+	})
+	own, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	want := map[uint32]pb.Private{
+		uint32(own.Addr().(*net.TCPAddr).Port): pb.Private_PRIVATE_ENVD,
+		uint32(j.ServerPort):                   pb.Private_PRIVATE_JUPYTER,
+		uint32(k.Channel):                      pb.Private_PRIVATE_KERNEL,
+		uint32(k.Pipe):                         pb.Private_PRIVATE_KERNEL,
+		uint32(k.Thread):                       pb.Private_PRIVATE_UNSPECIFIED,
+		uint32(k.Sub):                          pb.Private_PRIVATE_UNSPECIFIED,
+	}
+	var filter []uint32
+	for port := range want {
+		filter = append(filter, port)
+	}
+	ctx := testutil.Context(t, testutil.Wait)
+	resp, err := c.List(ctx, connect.NewRequest(&pb.ListRequest{Filter: &pb.Filter{Ports: filter}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Msg.GetPorts()) != len(want) {
+		t.Errorf("List: %v, want one listener on each of %v", resp.Msg.GetPorts(), filter)
+	}
+	for _, p := range resp.Msg.GetPorts() {
+		w := want[p.GetPort()]
+		if p.GetPrivate() != w || p.GetEnvd() != (w != pb.Private_PRIVATE_UNSPECIFIED) || p.GetForwarded() == p.GetEnvd() {
+			t.Errorf("port %d: %v, want private %v, envd %v, forwarded %v", p.GetPort(), p, w, w != pb.Private_PRIVATE_UNSPECIFIED, w == pb.Private_PRIVATE_UNSPECIFIED)
+		}
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package portstest runs a package's tests in a network namespace of
 // their own, with a veth interface that has the test's external addresses,
-// and starts loopback servers in processes of their own. Only tests import
-// it.
+// and starts loopback servers in processes of their own, and a fake
+// Jupyter server with its kernel (jupyter.go). Only tests import it.
 package portstest
 
 import (
@@ -41,11 +41,18 @@ const (
 )
 
 // Main is a test package's TestMain: in the namespace, or as a helper
-// server, it runs that and never returns.
+// (a server, a fake Jupyter server or kernel), it runs that and never
+// returns.
 func Main(m *testing.M) {
 	if addr := os.Getenv(serveEnv); addr != "" {
 		serve(addr)
 		return
+	}
+	switch { // the kernel inherits the server's environment
+	case os.Getenv(kernelEnv) != "":
+		fakeKernel()
+	case os.Getenv(jupyterEnv) != "":
+		fakeJupyter()
 	}
 	if os.Geteuid() == 0 && os.Getenv(netnsEnv) == "" {
 		os.Exit(inNetns())

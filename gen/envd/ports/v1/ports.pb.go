@@ -5,9 +5,11 @@
 // cannot be reached at the sandbox's own addresses, so envd forwards each
 // of those addresses (every non-loopback address of the sandbox's
 // interfaces), on the same port, to it, and stops when the listener goes
-// away. envd never forwards its own ports, nor a port that already has a
-// listener on a wildcard or external address. A forward whose address is
-// taken is reported on the listener (forward_failures), never fatal.
+// away. envd never forwards a private listener (see Private: envd's own,
+// its Jupyter server's, its kernels' channels to that server), nor a port
+// that already has a listener on a wildcard or external address. A forward
+// whose address is taken is reported on the listener (forward_failures),
+// never fatal.
 //
 // Bad input (a port outside 1-65535, an unknown family) is refused with
 // invalid_argument.
@@ -86,6 +88,70 @@ func (Family) EnumDescriptor() ([]byte, []int) {
 	return file_envd_ports_v1_ports_proto_rawDescGZIP(), []int{0}
 }
 
+// Private says whose a private listener is. envd never forwards a private
+// listener, nor any listener on its port. The socket's holder decides.
+type Private int32
+
+const (
+	// Not private: the workload's.
+	Private_PRIVATE_UNSPECIFIED Private = 0
+	// envd's own: its API and code ports.
+	Private_PRIVATE_ENVD Private = 1
+	// envd's Jupyter server's: whatever the server process listens on.
+	Private_PRIVATE_JUPYTER Private = 2
+	// A kernel's line to the Jupyter server. A kernel is a child of the
+	// server whose command line names one of the server's connection files;
+	// its private listeners are those on the file's channel ports, and those
+	// in the same epoll instance as one of them (the channels' ZeroMQ I/O
+	// poller, where ipykernel binds its IOPub pipe on a random port). What
+	// a kernel's subprocess listens on, and a server that code run in a
+	// kernel starts in a thread or in its event loop, are the workload's.
+	Private_PRIVATE_KERNEL Private = 3
+)
+
+// Enum value maps for Private.
+var (
+	Private_name = map[int32]string{
+		0: "PRIVATE_UNSPECIFIED",
+		1: "PRIVATE_ENVD",
+		2: "PRIVATE_JUPYTER",
+		3: "PRIVATE_KERNEL",
+	}
+	Private_value = map[string]int32{
+		"PRIVATE_UNSPECIFIED": 0,
+		"PRIVATE_ENVD":        1,
+		"PRIVATE_JUPYTER":     2,
+		"PRIVATE_KERNEL":      3,
+	}
+)
+
+func (x Private) Enum() *Private {
+	p := new(Private)
+	*p = x
+	return p
+}
+
+func (x Private) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Private) Descriptor() protoreflect.EnumDescriptor {
+	return file_envd_ports_v1_ports_proto_enumTypes[1].Descriptor()
+}
+
+func (Private) Type() protoreflect.EnumType {
+	return &file_envd_ports_v1_ports_proto_enumTypes[1]
+}
+
+func (x Private) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Private.Descriptor instead.
+func (Private) EnumDescriptor() ([]byte, []int) {
+	return file_envd_ports_v1_ports_proto_rawDescGZIP(), []int{1}
+}
+
 // ChangeKind says how a listener changed.
 type ChangeKind int32
 
@@ -96,7 +162,8 @@ const (
 	// A listener went away (or no longer matches the filter); port is its
 	// last state.
 	ChangeKind_CHANGE_KIND_CLOSED ChangeKind = 2
-	// A listener's forwarding, or the process that owns it, changed.
+	// A listener's forwarding, the process that owns it, or whose it is
+	// (private), changed.
 	ChangeKind_CHANGE_KIND_UPDATED ChangeKind = 3
 )
 
@@ -127,11 +194,11 @@ func (x ChangeKind) String() string {
 }
 
 func (ChangeKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_envd_ports_v1_ports_proto_enumTypes[1].Descriptor()
+	return file_envd_ports_v1_ports_proto_enumTypes[2].Descriptor()
 }
 
 func (ChangeKind) Type() protoreflect.EnumType {
-	return &file_envd_ports_v1_ports_proto_enumTypes[1]
+	return &file_envd_ports_v1_ports_proto_enumTypes[2]
 }
 
 func (x ChangeKind) Number() protoreflect.EnumNumber {
@@ -140,7 +207,7 @@ func (x ChangeKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ChangeKind.Descriptor instead.
 func (ChangeKind) EnumDescriptor() ([]byte, []int) {
-	return file_envd_ports_v1_ports_proto_rawDescGZIP(), []int{1}
+	return file_envd_ports_v1_ports_proto_rawDescGZIP(), []int{2}
 }
 
 // Filter selects listeners. Every field set must match; the zero Filter
@@ -559,7 +626,8 @@ type Port struct {
 	Family  Family `protobuf:"varint,5,opt,name=family,proto3,enum=envd.ports.v1.Family" json:"family,omitempty"`
 	// loopback is true for a socket bound to a loopback address.
 	Loopback bool `protobuf:"varint,6,opt,name=loopback,proto3" json:"loopback,omitempty"`
-	// envd is true for envd's own sockets: never forwarded.
+	// envd is true for every private listener (never forwarded): private
+	// says whose.
 	Envd bool `protobuf:"varint,7,opt,name=envd,proto3" json:"envd,omitempty"`
 	// forwarded is true while envd forwards at least one external address
 	// to this listener.
@@ -571,8 +639,11 @@ type Port struct {
 	// for this listener (the address and port are taken); envd tries again
 	// at each scan.
 	ForwardFailures []*ForwardFailure `protobuf:"bytes,10,rep,name=forward_failures,json=forwardFailures,proto3" json:"forward_failures,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// private says whose the listener is when it is private (envd is then
+	// true); PRIVATE_UNSPECIFIED: the workload's.
+	Private       Private `protobuf:"varint,11,opt,name=private,proto3,enum=envd.ports.v1.Private" json:"private,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Port) Reset() {
@@ -673,6 +744,13 @@ func (x *Port) GetForwardFailures() []*ForwardFailure {
 		return x.ForwardFailures
 	}
 	return nil
+}
+
+func (x *Port) GetPrivate() Private {
+	if x != nil {
+		return x.Private
+	}
+	return Private_PRIVATE_UNSPECIFIED
 }
 
 type ForwardFailure struct {
@@ -792,7 +870,7 @@ const file_envd_ports_v1_ports_proto_rawDesc = "" +
 	"\n" +
 	"PortChange\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.envd.ports.v1.ChangeKindR\x04kind\x12'\n" +
-	"\x04port\x18\x02 \x01(\v2\x13.envd.ports.v1.PortR\x04port\"\xd7\x02\n" +
+	"\x04port\x18\x02 \x01(\v2\x13.envd.ports.v1.PortR\x04port\"\x89\x03\n" +
 	"\x04Port\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\rR\x03pid\x12!\n" +
 	"\fprocess_name\x18\x02 \x01(\tR\vprocessName\x12\x18\n" +
@@ -804,7 +882,8 @@ const file_envd_ports_v1_ports_proto_rawDesc = "" +
 	"\tforwarded\x18\b \x01(\bR\tforwarded\x12%\n" +
 	"\x0eforwarded_from\x18\t \x03(\tR\rforwardedFrom\x12H\n" +
 	"\x10forward_failures\x18\n" +
-	" \x03(\v2\x1d.envd.ports.v1.ForwardFailureR\x0fforwardFailures\">\n" +
+	" \x03(\v2\x1d.envd.ports.v1.ForwardFailureR\x0fforwardFailures\x120\n" +
+	"\aprivate\x18\v \x01(\x0e2\x16.envd.ports.v1.PrivateR\aprivate\">\n" +
 	"\x0eForwardFailure\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\v\n" +
@@ -812,7 +891,12 @@ const file_envd_ports_v1_ports_proto_rawDesc = "" +
 	"\x06Family\x12\x16\n" +
 	"\x12FAMILY_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vFAMILY_IPV4\x10\x01\x12\x0f\n" +
-	"\vFAMILY_IPV6\x10\x02*r\n" +
+	"\vFAMILY_IPV6\x10\x02*]\n" +
+	"\aPrivate\x12\x17\n" +
+	"\x13PRIVATE_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fPRIVATE_ENVD\x10\x01\x12\x13\n" +
+	"\x0fPRIVATE_JUPYTER\x10\x02\x12\x12\n" +
+	"\x0ePRIVATE_KERNEL\x10\x03*r\n" +
 	"\n" +
 	"ChangeKind\x12\x1b\n" +
 	"\x17CHANGE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -835,44 +919,46 @@ func file_envd_ports_v1_ports_proto_rawDescGZIP() []byte {
 	return file_envd_ports_v1_ports_proto_rawDescData
 }
 
-var file_envd_ports_v1_ports_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_envd_ports_v1_ports_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_envd_ports_v1_ports_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_envd_ports_v1_ports_proto_goTypes = []any{
 	(Family)(0),            // 0: envd.ports.v1.Family
-	(ChangeKind)(0),        // 1: envd.ports.v1.ChangeKind
-	(*Filter)(nil),         // 2: envd.ports.v1.Filter
-	(*ListRequest)(nil),    // 3: envd.ports.v1.ListRequest
-	(*ListResponse)(nil),   // 4: envd.ports.v1.ListResponse
-	(*WatchRequest)(nil),   // 5: envd.ports.v1.WatchRequest
-	(*WatchResponse)(nil),  // 6: envd.ports.v1.WatchResponse
-	(*Snapshot)(nil),       // 7: envd.ports.v1.Snapshot
-	(*PortChange)(nil),     // 8: envd.ports.v1.PortChange
-	(*Port)(nil),           // 9: envd.ports.v1.Port
-	(*ForwardFailure)(nil), // 10: envd.ports.v1.ForwardFailure
-	(*Keepalive)(nil),      // 11: envd.ports.v1.Keepalive
+	(Private)(0),           // 1: envd.ports.v1.Private
+	(ChangeKind)(0),        // 2: envd.ports.v1.ChangeKind
+	(*Filter)(nil),         // 3: envd.ports.v1.Filter
+	(*ListRequest)(nil),    // 4: envd.ports.v1.ListRequest
+	(*ListResponse)(nil),   // 5: envd.ports.v1.ListResponse
+	(*WatchRequest)(nil),   // 6: envd.ports.v1.WatchRequest
+	(*WatchResponse)(nil),  // 7: envd.ports.v1.WatchResponse
+	(*Snapshot)(nil),       // 8: envd.ports.v1.Snapshot
+	(*PortChange)(nil),     // 9: envd.ports.v1.PortChange
+	(*Port)(nil),           // 10: envd.ports.v1.Port
+	(*ForwardFailure)(nil), // 11: envd.ports.v1.ForwardFailure
+	(*Keepalive)(nil),      // 12: envd.ports.v1.Keepalive
 }
 var file_envd_ports_v1_ports_proto_depIdxs = []int32{
 	0,  // 0: envd.ports.v1.Filter.family:type_name -> envd.ports.v1.Family
-	2,  // 1: envd.ports.v1.ListRequest.filter:type_name -> envd.ports.v1.Filter
-	9,  // 2: envd.ports.v1.ListResponse.ports:type_name -> envd.ports.v1.Port
-	2,  // 3: envd.ports.v1.WatchRequest.filter:type_name -> envd.ports.v1.Filter
-	7,  // 4: envd.ports.v1.WatchResponse.snapshot:type_name -> envd.ports.v1.Snapshot
-	8,  // 5: envd.ports.v1.WatchResponse.change:type_name -> envd.ports.v1.PortChange
-	11, // 6: envd.ports.v1.WatchResponse.keepalive:type_name -> envd.ports.v1.Keepalive
-	9,  // 7: envd.ports.v1.Snapshot.ports:type_name -> envd.ports.v1.Port
-	1,  // 8: envd.ports.v1.PortChange.kind:type_name -> envd.ports.v1.ChangeKind
-	9,  // 9: envd.ports.v1.PortChange.port:type_name -> envd.ports.v1.Port
+	3,  // 1: envd.ports.v1.ListRequest.filter:type_name -> envd.ports.v1.Filter
+	10, // 2: envd.ports.v1.ListResponse.ports:type_name -> envd.ports.v1.Port
+	3,  // 3: envd.ports.v1.WatchRequest.filter:type_name -> envd.ports.v1.Filter
+	8,  // 4: envd.ports.v1.WatchResponse.snapshot:type_name -> envd.ports.v1.Snapshot
+	9,  // 5: envd.ports.v1.WatchResponse.change:type_name -> envd.ports.v1.PortChange
+	12, // 6: envd.ports.v1.WatchResponse.keepalive:type_name -> envd.ports.v1.Keepalive
+	10, // 7: envd.ports.v1.Snapshot.ports:type_name -> envd.ports.v1.Port
+	2,  // 8: envd.ports.v1.PortChange.kind:type_name -> envd.ports.v1.ChangeKind
+	10, // 9: envd.ports.v1.PortChange.port:type_name -> envd.ports.v1.Port
 	0,  // 10: envd.ports.v1.Port.family:type_name -> envd.ports.v1.Family
-	10, // 11: envd.ports.v1.Port.forward_failures:type_name -> envd.ports.v1.ForwardFailure
-	3,  // 12: envd.ports.v1.PortService.List:input_type -> envd.ports.v1.ListRequest
-	5,  // 13: envd.ports.v1.PortService.Watch:input_type -> envd.ports.v1.WatchRequest
-	4,  // 14: envd.ports.v1.PortService.List:output_type -> envd.ports.v1.ListResponse
-	6,  // 15: envd.ports.v1.PortService.Watch:output_type -> envd.ports.v1.WatchResponse
-	14, // [14:16] is the sub-list for method output_type
-	12, // [12:14] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	11, // 11: envd.ports.v1.Port.forward_failures:type_name -> envd.ports.v1.ForwardFailure
+	1,  // 12: envd.ports.v1.Port.private:type_name -> envd.ports.v1.Private
+	4,  // 13: envd.ports.v1.PortService.List:input_type -> envd.ports.v1.ListRequest
+	6,  // 14: envd.ports.v1.PortService.Watch:input_type -> envd.ports.v1.WatchRequest
+	5,  // 15: envd.ports.v1.PortService.List:output_type -> envd.ports.v1.ListResponse
+	7,  // 16: envd.ports.v1.PortService.Watch:output_type -> envd.ports.v1.WatchResponse
+	15, // [15:17] is the sub-list for method output_type
+	13, // [13:15] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_envd_ports_v1_ports_proto_init() }
@@ -890,7 +976,7 @@ func file_envd_ports_v1_ports_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_envd_ports_v1_ports_proto_rawDesc), len(file_envd_ports_v1_ports_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -5,9 +5,11 @@
 // cannot be reached at the sandbox's own addresses, so envd forwards each
 // of those addresses (every non-loopback address of the sandbox's
 // interfaces), on the same port, to it, and stops when the listener goes
-// away. envd never forwards its own ports, nor a port that already has a
-// listener on a wildcard or external address. A forward whose address is
-// taken is reported on the listener (forward_failures), never fatal.
+// away. envd never forwards a private listener (see Private: envd's own,
+// its Jupyter server's, its kernels' channels to that server), nor a port
+// that already has a listener on a wildcard or external address. A forward
+// whose address is taken is reported on the listener (forward_failures),
+// never fatal.
 //
 // Bad input (a port outside 1-65535, an unknown family) is refused with
 // invalid_argument.
