@@ -154,7 +154,7 @@ func (in *Installer) execute(ctx context.Context, life time.Duration, p *plan, o
 		op.started(c)
 		info, err := run(ctx, c, op.out.Write)
 		if err != nil {
-			return nil, errorf(ErrUnavailable, "%s: %v", p.verb, err)
+			return nil, startError(p.verb, c, err)
 		}
 		if err := exitError(ctx, commandName(c), info); err != nil {
 			return nil, err

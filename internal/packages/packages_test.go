@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +166,35 @@ func TestOneOperationAtATime(t *testing.T) {
 	testutil.RequireClosed(t, op.Done(), "the operation's end")
 	if _, err := op.Result(); !errors.Is(err, packages.ErrNotFound) {
 		t.Fatalf("after its turn came: %v", err)
+	}
+}
+
+// TestNpmDirNotTheUsers: npm for a user in a directory that user may not
+// enter is the request's mistake (ErrPermission, saying so), not envd being
+// unavailable.
+func TestNpmDirNotTheUsers(t *testing.T) {
+	t.Parallel()
+	owner := pkgtest.Owner(t)
+	if owner.UID == 0 {
+		t.Skip("needs an account other than root (scripts/install-deps.sh makes user)")
+	}
+	if _, err := exec.LookPath("npm"); err != nil {
+		t.Fatalf("npm is not installed (scripts/install-deps.sh installs it): %v", err)
+	}
+	dir := t.TempDir() // root's, 0700: the user may not enter it
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	in := packages.New(packages.Options{Logger: testLogger(), DefaultUser: func() (*identity.User, error) { return owner, nil }})
+	t.Cleanup(func() { in.Close(context.Background()) })
+	req := packages.InstallRequest{Manager: packages.NPM, Packages: []packages.Spec{{Name: "left-pad"}}, User: owner, Dir: dir}
+	ctx := testutil.Context(t, testutil.Program)
+	op, err := in.Install(ctx, req)
+	if err == nil {
+		<-op.Done()
+		_, err = op.Result()
+	}
+	if !errors.Is(err, packages.ErrPermission) || !strings.Contains(err.Error(), "permission denied") || !strings.Contains(err.Error(), owner.Name) {
+		t.Fatalf("npm in %s as %s: %v, want permission denied naming the user", dir, owner.Name, err)
 	}
 }

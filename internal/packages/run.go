@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -154,7 +156,7 @@ func capture(ctx context.Context, what string, c command, limit int) ([]byte, er
 		buf.Write(p)
 	})
 	if err != nil {
-		return nil, errorf(ErrUnavailable, "%s: %v", what, err)
+		return nil, startError(what, c, err)
 	}
 	if err := exitError(ctx, what, info); err != nil {
 		return buf.Bytes(), err
@@ -228,4 +230,22 @@ func (t *tail) lines() string {
 		keep = keep[len(keep)-tailLines:]
 	}
 	return strings.Join(keep, "\n")
+}
+
+// startError is the error of a command that could not start: the request's
+// user lacking the right to enter its directory or run its program is
+// theirs to fix (ErrPermission); anything else is envd's side
+// (ErrUnavailable).
+func startError(what string, c command, err error) error {
+	if errors.Is(err, fs.ErrPermission) {
+		who, where := "envd", c.dir
+		if c.user != nil {
+			who = c.user.Name
+		}
+		if where == "" {
+			where = c.argv[0]
+		}
+		return errorf(ErrPermission, "%s: %s may not run %s in %s (permission denied): ask as a user who may, or name a directory of theirs", what, who, filepath.Base(c.argv[0]), where)
+	}
+	return errorf(ErrUnavailable, "%s: %v", what, err)
 }

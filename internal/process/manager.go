@@ -260,12 +260,15 @@ func (m *Manager) checkOpenLocked() error {
 // in a process group of its own (a session, on a terminal) so that signals
 // reach everything it starts.
 func (m *Manager) command(o StartOptions) (*exec.Cmd, error) {
-	cmd := exec.Command(o.Config.Cmd, o.Config.Args...)
-	if cmd.Err != nil {
-		return nil, errorf(ErrInvalid, "%s: executable not found: %v", o.Config.Cmd, errors.Unwrap(cmd.Err))
+	env := m.env(o)
+	path, err := lookPath(o.Config.Cmd, env, o.User)
+	if err != nil {
+		return nil, errorf(ErrInvalid, "%s: executable not found: %v", o.Config.Cmd, err)
 	}
+	cmd := exec.Command(path, o.Config.Args...)
+	cmd.Args[0] = o.Config.Cmd // argv[0] as named, as execvp gives it
 	cmd.Dir = o.Dir
-	cmd.Env = m.env(o)
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.User.Credential()}
 	if o.PTY != nil {
 		// A new session with the terminal as its controlling tty: the shell
