@@ -38,16 +38,8 @@ func probe(v string) int {
 		fmt.Println("bad probe:", err)
 		return 2
 	}
-	if err := syscall.Setgroups([]int{gid}); err != nil {
-		fmt.Println("setgroups:", err)
-		return 2
-	}
-	if err := syscall.Setresgid(gid, gid, gid); err != nil {
-		fmt.Println("setresgid:", err)
-		return 2
-	}
-	if err := syscall.Setresuid(uid, uid, uid); err != nil {
-		fmt.Println("setresuid:", err)
+	if err := testutil.BecomeUser(uid, gid); err != nil {
+		fmt.Println(err)
 		return 2
 	}
 	answer := func(err error) string {

@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -97,34 +96,8 @@ func requireRoot(t *testing.T) {
 	}
 }
 
-// dockerInstr is one instruction of a Dockerfile: continuation lines
-// joined, comments dropped.
-type dockerInstr struct {
-	cmd  string // upper case: FROM, RUN, COPY, ...
-	args string // whitespace collapsed
-}
-
-func parseDockerfile(t *testing.T, rel string) []dockerInstr {
+// parseDockerfile reads the repository's Dockerfile rel.
+func parseDockerfile(t *testing.T, rel string) []testutil.DockerInstr {
 	t.Helper()
-	var out []dockerInstr
-	var cur strings.Builder
-	for _, line := range strings.Split(readRepoFile(t, rel), "\n") {
-		trimmed := strings.TrimSpace(line)
-		if strings.HasPrefix(trimmed, "#") || (trimmed == "" && cur.Len() == 0) {
-			continue
-		}
-		if cont, ok := strings.CutSuffix(trimmed, "\\"); ok {
-			cur.WriteString(cont + " ")
-			continue
-		}
-		cur.WriteString(trimmed)
-		s := strings.TrimSpace(cur.String())
-		cur.Reset()
-		if s == "" {
-			continue
-		}
-		cmd, args, _ := strings.Cut(s, " ")
-		out = append(out, dockerInstr{cmd: strings.ToUpper(cmd), args: strings.Join(strings.Fields(args), " ")})
-	}
-	return out
+	return testutil.ParseDockerfile(readRepoFile(t, rel))
 }

@@ -96,15 +96,15 @@ func TestE2BTemplateFiles(t *testing.T) {
 	var from, image string
 	linked := false
 	for _, in := range instrs {
-		switch in.cmd {
+		switch in.Cmd {
 		case "ARG":
-			if v, ok := strings.CutPrefix(in.args, "ENVD_IMAGE="); ok {
+			if v, ok := strings.CutPrefix(in.Args, "ENVD_IMAGE="); ok {
 				image = v
 			}
 		case "FROM":
-			from = in.args
+			from = in.Args
 		case "RUN":
-			if regexp.MustCompile(`\b(ln -sf|cp)( -\S+)* /usr/local/bin/envd /usr/bin/envd\b`).MatchString(in.args) {
+			if regexp.MustCompile(`\b(ln -sf|cp)( -\S+)* /usr/local/bin/envd /usr/bin/envd\b`).MatchString(in.Args) {
 				linked = true
 			}
 		}
@@ -118,8 +118,8 @@ func TestE2BTemplateFiles(t *testing.T) {
 	// The image has envd in /usr/local/bin, where the link points.
 	copied := false
 	for _, in := range parseDockerfile(t, "Dockerfile") {
-		f := strings.Fields(in.args)
-		if in.cmd == "COPY" && len(f) > 2 && f[0] == "--from=build" && slices.Contains(f, "/out/envd") && f[len(f)-1] == "/usr/local/bin/" {
+		f := strings.Fields(in.Args)
+		if in.Cmd == "COPY" && len(f) > 2 && f[0] == "--from=build" && slices.Contains(f, "/out/envd") && f[len(f)-1] == "/usr/local/bin/" {
 			copied = true
 		}
 	}

@@ -181,40 +181,14 @@ func TestStartupScriptFlags(t *testing.T) {
 	})
 }
 
-// dockerfile is a parsed Dockerfile: its instructions, continuation lines
-// joined and comments dropped.
-type dockerInstr struct {
-	cmd  string // upper case: FROM, RUN, COPY, ...
-	args string
-}
-
-func parseDockerfile(t *testing.T, path string) []dockerInstr {
+// parseDockerfile reads the Dockerfile at path.
+func parseDockerfile(t *testing.T, path string) []testutil.DockerInstr {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []dockerInstr
-	var cur strings.Builder
-	for _, line := range strings.Split(string(b), "\n") {
-		trimmed := strings.TrimSpace(line)
-		if strings.HasPrefix(trimmed, "#") || (trimmed == "" && cur.Len() == 0) {
-			continue
-		}
-		if cont, ok := strings.CutSuffix(trimmed, "\\"); ok {
-			cur.WriteString(cont + " ")
-			continue
-		}
-		cur.WriteString(trimmed)
-		s := strings.TrimSpace(cur.String())
-		cur.Reset()
-		if s == "" {
-			continue
-		}
-		cmd, args, _ := strings.Cut(s, " ")
-		out = append(out, dockerInstr{cmd: strings.ToUpper(cmd), args: strings.Join(strings.Fields(args), " ")})
-	}
-	return out
+	return testutil.ParseDockerfile(string(b))
 }
 
 // TestDockerfile checks the image's recipe without a Docker engine: a Go
@@ -233,19 +207,19 @@ func TestDockerfile(t *testing.T) {
 		startCmd                string
 	)
 	for _, in := range instrs {
-		switch in.cmd {
+		switch in.Cmd {
 		case "FROM":
-			froms = append(froms, in.args)
+			froms = append(froms, in.Args)
 			stage = len(froms)
 		case "RUN":
 			// Static and stripped, with the commit the binary reports
 			// stamped (the build context has no .git).
-			if stage == 1 && strings.Contains(in.args, "CGO_ENABLED=0 go build") && strings.Contains(in.args, "-trimpath") &&
-				strings.Contains(in.args, `-s -w -X github.com/envd-dev/envd/internal/buildinfo.commit=${ENVD_COMMIT}`) && strings.Contains(in.args, "./cmd/envd") {
+			if stage == 1 && strings.Contains(in.Args, "CGO_ENABLED=0 go build") && strings.Contains(in.Args, "-trimpath") &&
+				strings.Contains(in.Args, `-s -w -X github.com/envd-dev/envd/internal/buildinfo.commit=${ENVD_COMMIT}`) && strings.Contains(in.Args, "./cmd/envd") {
 				staticBuild = true
 			}
 			if stage == 2 && installCopied != "" {
-				if m := regexp.MustCompile(`(^|&& |; )((?:\w+=\S+ )*)(?:bash )?` + regexp.QuoteMeta(installCopied) + `($| )`).FindStringSubmatch(in.args); m != nil {
+				if m := regexp.MustCompile(`(^|&& |; )((?:\w+=\S+ )*)(?:bash )?` + regexp.QuoteMeta(installCopied) + `($| )`).FindStringSubmatch(in.Args); m != nil {
 					vars := strings.Fields(m[2])
 					if slices.Contains(vars, "ENVD_INSTALL_FULL=1") && slices.Contains(vars, "ENVD_SKIP_COMPAT=1") {
 						installRun = true
@@ -253,7 +227,7 @@ func TestDockerfile(t *testing.T) {
 				}
 			}
 		case "COPY":
-			f := strings.Fields(in.args)
+			f := strings.Fields(in.Args)
 			if len(f) >= 2 && stage == 2 {
 				if f[0] == "scripts/install-deps.sh" {
 					installCopied = f[len(f)-1]
@@ -266,7 +240,7 @@ func TestDockerfile(t *testing.T) {
 				}
 			}
 		case "CMD", "ENTRYPOINT":
-			startCmd = in.args
+			startCmd = in.Args
 		}
 	}
 	if len(froms) != 2 || froms[0] != "golang:1.26-bookworm AS build" || froms[1] != "debian:bookworm" {
@@ -301,8 +275,8 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 	for _, in := range instrs {
-		f := strings.Fields(in.args)
-		if in.cmd != "COPY" || len(f) < 2 || strings.HasPrefix(f[0], "--from") {
+		f := strings.Fields(in.Args)
+		if in.Cmd != "COPY" || len(f) < 2 || strings.HasPrefix(f[0], "--from") {
 			continue
 		}
 		for _, src := range f[:len(f)-1] {

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	fspb "github.com/envd-dev/envd/gen/filesystem"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // attackerEnv makes this test binary, run again, the sandbox code of
@@ -46,16 +47,8 @@ func attack(v string) int {
 		fmt.Println("bad attack:", err)
 		return 2
 	}
-	if err := syscall.Setgroups([]int{gid}); err != nil {
-		fmt.Println("setgroups:", err)
-		return 2
-	}
-	if err := syscall.Setresgid(gid, gid, gid); err != nil {
-		fmt.Println("setresgid:", err)
-		return 2
-	}
-	if err := syscall.Setresuid(uid, uid, uid); err != nil {
-		fmt.Println("setresuid:", err)
+	if err := testutil.BecomeUser(uid, gid); err != nil {
+		fmt.Println(err)
 		return 2
 	}
 	counts := map[string]int{}
