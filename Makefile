@@ -70,7 +70,7 @@ checkgenerate: generate ## fail if regenerating changes anything
 	@if [ -n "$$(git status --porcelain -- gen go.mod go.sum)" ]; then git status --porcelain -- gen go.mod go.sum; git diff --stat -- gen go.mod go.sum; echo "generated code is stale: run make generate and commit"; exit 1; fi
 
 .PHONY: bench
-bench: deps build envctl ## benchmarks: each path of issue 12 against an in-run baseline, then a table of ratios, goals, MET or MISSED
+bench: deps build envctl ## benchmarks: each measured path against an in-run baseline, then a table of ratios, goals, MET or MISSED
 	bench/run.sh
 
 .PHONY: envctl

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# memprobe.sh: envd's peak RSS (VmHWM) under the inputs issue 8 found could
+# memprobe.sh: envd's peak RSS (VmHWM) under the hostile inputs that could
 # blow it up, each against the real binary with its real Jupyter server:
 #   1. a 300 MiB print in a kernel, read by a client that keeps up
 #   2. 200 x 1 MiB prints while the /execute reader reads nothing
 #   3. a 512 MiB unary Connect body
 # Each probe runs in a fresh envd, so each peak is its own. Not a test: it
-# prints numbers (the issue's bound is 256 MiB).
+# prints numbers (envd aims to stay under 256 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH

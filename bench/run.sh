@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every benchmark (`make bench`), then prints one table with a row for
-# each path of issue 12: envd's figure, the in-run baseline's (the same work
+# each measured path: envd's figure, the in-run baseline's (the same work
 # done directly), the ratio (always envd's cost over the baseline's, lower
 # is better; a throughput row as baseline rate / envd rate), the goal, and
 # MET or MISSED. Rows without a goal are printed for information. Not a test:
@@ -74,7 +74,7 @@ piece "1 GiB file transfers" bench/files.sh
 piece "envd start to the first runCode result" node bench/start.mjs "${BENCH_START_RUNS:-5}"
 
 echo
-echo "== issue 12: envd's cost over the baseline's in the same run (lower is better)"
+echo "== envd's cost over the baseline's in the same run (lower is better)"
 echo "$(nproc) cores; load average $load0 at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 missing=0
 awk -F'\t' -v rows="$rows" '
