@@ -298,9 +298,6 @@ func (x *Execution) run(ticket fifo.Ticket) {
 		if restoreEnv {
 			r.restoreEnv(envRestarts)
 		}
-		if r.ks != nil {
-			r.ks.oomSeen = x.eng.oomKills()
-		}
 		x.c.setCurrent(nil)
 		x.c.queue.Release()
 		close(x.done)
@@ -789,6 +786,12 @@ func (r *runner) failBeforeRun(err error) {
 // code already raised: it says why the execution ended abnormally.
 func (r *runner) finish(reason EndReason, ev *ErrorValue) {
 	r.flushReplyErr()
+	if r.ks != nil {
+		// The OOM kills counted until now are this run's to tell (or
+		// not its kernel's); one counted after its end is the next's.
+		// Taken before the end leaves: a client may act on the end at once.
+		r.ks.oomSeen = r.x.eng.oomKills()
+	}
 	msg := ""
 	if ev != nil {
 		r.emitError(ev)
