@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -163,13 +164,79 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 	ks := &kernelState{client: client, kernel: k, id: m.ID, setupRestarts: -1, userRestarts: c.restartCount(),
 		oomSeen: c.eng.oomKills()}
 	cr.enter(phaseSetup)
-	if err := c.setup(ctx, ks); err != nil {
+	if err := c.setupNew(ctx, ks); err != nil {
 		_ = k.Close()
 		del()
 		return nil, err
 	}
 	return ks, nil
 }
+
+// failingDeaths is how many times a new kernel may die before its context
+// is set up: once is a start that failed (a loaded machine, a signal);
+// more is a kernel that cannot start, which the server would restart for
+// a minute before giving up on it.
+const failingDeaths = 3
+
+// setupNew is setup of a kernel just started, which fails as soon as the
+// kernel has died failingDeaths times, saying what it printed.
+func (c *Context) setupNew(ctx context.Context, ks *kernelState) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			st := ks.kernel.Status()
+			if st.Restarts >= failingDeaths {
+				cancel()
+				return
+			}
+			select {
+			case <-st.Changed:
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+	err := c.setup(sctx, ks)
+	cancel()
+	<-watched
+	if st := ks.kernel.Status(); err != nil && st.Restarts >= failingDeaths {
+		return c.eng.failingError(c.Language, c.kernelName, st)
+	}
+	return err
+}
+
+// failingError is the error for a new kernel that keeps dying: how often,
+// how it ended last, and the last lines its server's kernels printed
+// that are not the server's own log (a traceback, usually).
+func (e *Engine) failingError(lang, kernel string, st jupyter.KernelStatus) error {
+	msg := fmt.Sprintf("the %s kernel (kernelspec %q) keeps dying as it starts: it died %d times", lang, kernel, st.Restarts)
+	if st.Exit != nil {
+		msg += " (last: " + st.Exit.String() + ")"
+	}
+	var out []string
+	for _, line := range e.sup.RecentOutput(2 * tailLines) {
+		if !serverLogLine.MatchString(line) {
+			out = append(out, line)
+		}
+	}
+	if len(out) > tailLines/2 {
+		out = out[len(out)-tailLines/2:]
+	}
+	if len(out) > 0 {
+		msg += "; its last output:\n" + strings.Join(out, "\n")
+	}
+	return errors.New(msg)
+}
+
+// tailLines bounds the kernel output failingError looks at.
+const tailLines = 20
+
+// serverLogLine matches a line of the Jupyter server's log, e.g.
+// "[I 2026-12-06 08:53:32.750 ServerApp] Kernel started: ...".
+var serverLogLine = regexp.MustCompile(`^\[[A-Z] \d{4}-\d\d-\d\d `)
 
 // startError is the error for a kernel start the Jupyter server refused:
 // the exception it answered with when there is one (the whole traceback

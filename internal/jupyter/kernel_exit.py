@@ -45,3 +45,64 @@ def _envd_on_kernel_restarted(self):
 if hasattr(_envd_ZCH, "on_kernel_restarted") and not hasattr(_envd_ZCH, "_envd_orig_on_kernel_restarted"):
     _envd_ZCH._envd_orig_on_kernel_restarted = _envd_ZCH.on_kernel_restarted
     _envd_ZCH.on_kernel_restarted = _envd_on_kernel_restarted
+
+
+# A kernel's WebSocket opens only once the kernel has answered a
+# kernel_info_request (ZMQChannelsHandler.pre_get). The server sends one
+# per kernel and every later open waits on it (kernel._kernel_info_future).
+# A kernel that dies after the request reached it and before it answered
+# (an import failing, a signal, the OOM killer) takes the request with it,
+# so every open of the kernel's WebSockets waited kernel_info_timeout
+# (60 s), however soon the kernel was back. Here a restart of the kernel
+# while that request is pending opens them as soon as the new process is
+# started (the server then nudges it on its ports, as for every open), and
+# its end for good ("dead") at once. The WebSockets then get the kernel's
+# later restarts: envd sees a kernel that keeps dying.
+import asyncio as _envd_asyncio_ki
+
+
+def _envd_release_kernel_info(handler, kernel, future):
+    def release():
+        if not future.done():
+            future.set_result({})  # what the server assumes after its timeout
+        ch = handler.kernel_info_channel
+        handler.kernel_info_channel = None
+        if ch is not None and not ch.closed():
+            ch.close()
+
+    def restarting():
+        old = getattr(kernel.provisioner, "process", None)
+
+        async def when_started():
+            # Called before the restart: wait for the new process (the
+            # server's own timeout still bounds the wait).
+            while not future.done():
+                await _envd_asyncio_ki.sleep(0.05)
+                proc = getattr(kernel.provisioner, "process", None)
+                if proc is not None and proc is not old and kernel.ready.done():
+                    release()
+
+        _envd_asyncio_ki.ensure_future(when_started())
+
+    kernel.add_restart_callback(restarting, "restart")
+    kernel.add_restart_callback(release, "dead")
+
+    def done(_):
+        kernel.remove_restart_callback(restarting, "restart")
+        kernel.remove_restart_callback(release, "dead")
+
+    future.add_done_callback(done)
+
+
+def _envd_request_kernel_info(self):
+    kernel = self.kernel_manager.get_kernel(self.kernel_id)
+    first = not hasattr(kernel, "_kernel_info_future")
+    out = _envd_ZCH._envd_orig_request_kernel_info(self)
+    if first and getattr(kernel, "_kernel_info_future", None) is self._kernel_info_future:
+        _envd_release_kernel_info(self, kernel, self._kernel_info_future)
+    return out
+
+
+if hasattr(_envd_ZCH, "request_kernel_info") and not hasattr(_envd_ZCH, "_envd_orig_request_kernel_info"):
+    _envd_ZCH._envd_orig_request_kernel_info = _envd_ZCH.request_kernel_info
+    _envd_ZCH.request_kernel_info = _envd_request_kernel_info

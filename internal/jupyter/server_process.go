@@ -34,8 +34,11 @@ var serverConfigPy []byte
 var serverHooksPy []byte
 
 // kernelExitPy adds to the "restarting" status a dead kernel's WebSockets
-// get how its process ended (KernelStatus.Exit). Written to our
-// JUPYTER_CONFIG_DIR, after serverConfigPy.
+// get how its process ended (KernelStatus.Exit), and opens the WebSockets
+// of a kernel that died before answering its first kernel_info_request
+// once it is restarted (or given up on), instead of after the server's
+// 60 s kernel_info_timeout. Written to our JUPYTER_CONFIG_DIR, after
+// serverConfigPy.
 //
 //go:embed kernel_exit.py
 var kernelExitPy []byte

@@ -660,6 +660,18 @@ func (s *Supervisor) LogRecentOutput(why string) {
 	s.logTail(run, tailLines)
 }
 
+// RecentOutput returns the last n lines the live server and its kernels
+// printed, oldest first: nil for an external server, or while none runs.
+func (s *Supervisor) RecentOutput(n int) []string {
+	s.mu.Lock()
+	run := s.live
+	s.mu.Unlock()
+	if run == nil {
+		return nil
+	}
+	return run.out.Lines(n)
+}
+
 // tailLines is how many of its last output lines are logged when a server
 // fails or crashes.
 const tailLines = 20
