@@ -228,8 +228,19 @@ func runKernelGrace(t *testing.T, kernel, cwd string, env []string, cells []cell
 	if len(out.Cells) != len(cells) {
 		t.Fatalf("driver returned %d cells, want %d", len(out.Cells), len(cells))
 	}
-	if testing.Verbose() && stderr.Len() > 0 {
-		t.Logf("driver stderr (%s):\n%s", kernel, stderr.String())
+	if stderr.Len() > 0 {
+		// The kernel's own log (a JVM that would not start, a traceback):
+		// shown when a cell's check fails, or with -v.
+		log := stderr.String()
+		if testing.Verbose() {
+			t.Logf("driver stderr (%s):\n%s", kernel, log)
+		} else {
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("driver stderr (%s):\n%s", kernel, log)
+				}
+			})
+		}
 	}
 	return out.Cells
 }
