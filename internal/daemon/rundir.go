@@ -1,12 +1,13 @@
 package daemon
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/internal/atfile"
 )
 
 // The files upstream keeps in its run directory (/run/e2b) for code in the
@@ -54,22 +55,8 @@ func (d *runDir) write(name, value string) error {
 	if st.Uid != 0 || st.Mode&0o022 != 0 {
 		return fmt.Errorf("the run directory %s is not root's alone (owner %d, mode %o): not writing %s", d.path, st.Uid, st.Mode&0o7777, name)
 	}
-	tmp := name + ".tmp"
-	_ = unix.Unlinkat(dfd, tmp, 0)
-	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o444)
-	if err != nil {
-		return fmt.Errorf("create %s in %s: %w", tmp, d.path, err)
-	}
-	f := os.NewFile(uintptr(fd), filepath.Join(d.path, tmp))
-	_, werr := f.WriteString(value)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
-		return fmt.Errorf("write %s in %s: %w", tmp, d.path, err)
-	}
-	if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
-		return fmt.Errorf("rename %s over %s in %s: %w", tmp, name, d.path, err)
+	if err := atfile.Replace(dfd, name, []byte(value), 0o444, -1); err != nil {
+		return fmt.Errorf("write %s in %s: %w", name, d.path, err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/envd-dev/envd/internal/atfile"
 	"github.com/envd-dev/envd/internal/staledir"
 )
 
@@ -170,36 +171,11 @@ func makeDirAt(parent *os.File, name string, mode uint32, uid, gid int) (*os.Fil
 	return f, nil
 }
 
-// writeFileAt makes dir/name hold data, atomically: a new file name+".tmp"
-// (O_EXCL|O_NOFOLLOW: a link left there is never followed; unlinkat
-// removes the link itself), group gid (-1: envd's) and mode set on the
-// open file, renamed over name. dir must be one only envd can write.
+// writeFileAt makes dir/name hold data, atomically, never through a link
+// (atfile.Replace), with group gid (-1: envd's) and mode. dir must be one
+// only envd can write.
 func writeFileAt(dir *os.File, name string, data []byte, mode uint32, gid int) error {
-	dfd := int(dir.Fd())
-	tmp := name + ".tmp"
-	if err := unix.Unlinkat(dfd, tmp, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("jupyter: write config %s: %w", name, err)
-	}
-	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("jupyter: write config %s: %w", name, err)
-	}
-	f := os.NewFile(uintptr(fd), tmp)
-	_, err = f.Write(data)
-	if err == nil && gid >= 0 {
-		err = f.Chown(-1, gid) // fchown
-	}
-	if err == nil {
-		err = f.Chmod(os.FileMode(mode)) // fchmod
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = unix.Renameat(dfd, tmp, dfd, name)
-	}
-	if err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
+	if err := atfile.Replace(int(dir.Fd()), name, data, os.FileMode(mode), gid); err != nil {
 		return fmt.Errorf("jupyter: write config %s: %w", name, err)
 	}
 	return nil
