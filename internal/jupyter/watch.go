@@ -65,7 +65,7 @@ func (e *Execution) watch(silence *quartz.Timer) {
 			return
 		}
 		w := newReplyWaiter(false)
-		if id := k.probe(ChannelShell, w); id != "" {
+		if id := k.probeShell(e.ID, w); id != "" {
 			shell, shellSent = w, true
 			ids = append(ids, id)
 		}
@@ -94,7 +94,7 @@ func (e *Execution) watch(silence *quartz.Timer) {
 				flushTC = flushT.C
 				w := newReplyWaiter(true)
 				w.wantIdle = true
-				id := k.probe(ChannelShell, w)
+				id := k.probeShell(e.ID, w)
 				if id == "" { // no connection to flush over: what came is all
 					e.end(nil)
 					return
@@ -179,6 +179,27 @@ func (e *Execution) lastActivity() time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.lastMsg
+}
+
+// probeShell sends the shell probe for the execution execID: on the path
+// the execution went, as only requests on one connection are answered in
+// order. A probe through the WebSocket after a direct execution could come
+// back (kernel, server, WebSocket) before the execution's reply (kernel,
+// envd's own socket), and prove nothing. If the execution went direct and
+// the direct path is down, there is no probe (""): the path's breaking
+// ends the execution (directBroken).
+func (k *Kernel) probeShell(execID string, w *replyWaiter) string {
+	k.mu.Lock()
+	direct := k.directIDs[execID]
+	k.mu.Unlock()
+	if !direct {
+		return k.probe(ChannelShell, w)
+	}
+	msg, err := newMessage(ChannelShell, "kernel_info_request", k.session, struct{}{})
+	if err != nil || !k.dp.send(msg, w) {
+		return ""
+	}
+	return msg.Header.MsgID
 }
 
 // probe sends a kernel_info_request on channel over the current
