@@ -128,6 +128,7 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 		cr.enter(phaseHandover)
 		ks := &kernelState{client: client, kernel: w.k, id: w.id, setupRestarts: -1, userRestarts: c.restartCount(), warm: true,
 			oomSeen: c.eng.oomKills()}
+		cr.started(w.id)
 		cr.enter(phaseSetup)
 		err := c.setup(ctx, ks)
 		if err == nil {
@@ -155,6 +156,7 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 			c.eng.log.Warn("cannot delete kernel after a failed start", "kernel_id", m.ID, "error", err)
 		}
 	}
+	cr.started(m.ID)
 	cr.enter(phaseConnect)
 	k, err := client.Connect(ctx, m.ID, c.eng.kernelOptions(c.kernelName))
 	if err != nil {

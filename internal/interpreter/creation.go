@@ -27,9 +27,39 @@ type creation struct {
 	began time.Time
 	done  chan struct{} // closed when a language default's creation ended
 
-	mu    sync.Mutex
-	phase string    // guarded by mu
-	since time.Time // guarded by mu; when phase began
+	mu     sync.Mutex
+	phase  string    // guarded by mu
+	since  time.Time // guarded by mu; when phase began
+	kernel string    // guarded by mu; the kernel's id, once it has one
+}
+
+// started records the id of the kernel the creation started or took.
+func (cr *creation) started(kernelID string) {
+	if cr == nil {
+		return
+	}
+	cr.mu.Lock()
+	cr.kernel = kernelID
+	cr.mu.Unlock()
+}
+
+// lateAfter is how long a phase may take before its failure or its
+// caller's giving up says what the kernel's processes are doing.
+const lateAfter = 5 * time.Second
+
+// progress is ", KERNEL PROGRESS" for a phase that took d, if the kernel
+// is known and d is long; "" otherwise.
+func (cr *creation) progress(d time.Duration) string {
+	cr.mu.Lock()
+	id, phase := cr.kernel, cr.phase
+	cr.mu.Unlock()
+	if d < lateAfter || (phase != phaseConnect && phase != phaseSetup) {
+		return ""
+	}
+	if p := kernelProgress(id); p != "" {
+		return "; " + p
+	}
+	return ""
 }
 
 func (e *Engine) newCreation(lang string) *creation {
@@ -73,8 +103,12 @@ func (cr *creation) finish(err error) {
 		return
 	}
 	if err != nil {
-		cr.e.log.Warn("context creation failed", "language", cr.lang, "phase", phase,
-			"phase_duration", now.Sub(since), "duration", now.Sub(cr.began), "error", err)
+		attrs := []any{"language", cr.lang, "phase", phase,
+			"phase_duration", now.Sub(since), "duration", now.Sub(cr.began), "error", err}
+		if p := cr.progress(now.Sub(since)); p != "" {
+			attrs = append(attrs, "kernel", p[2:])
+		}
+		cr.e.log.Warn("context creation failed", attrs...)
 		switch phase {
 		case phaseStart, phaseHandover, phaseConnect, phaseSetup:
 			// A kernel failing to start or to answer says why on its
@@ -97,8 +131,8 @@ func (cr *creation) notReady(cause error) error {
 	if phase == phaseServer {
 		detail = fmt.Sprintf(" (the Jupyter server is %s)", cr.e.sup.Status().State)
 	}
-	return newErr(ErrNotReady, cause, "%s: the %s context is still being created: phase %q%s has taken %s (%s in all)",
-		ErrNotReady.Error(), cr.lang, phase, detail, round(now.Sub(since)), round(now.Sub(cr.began)))
+	return newErr(ErrNotReady, cause, "%s: the %s context is still being created: phase %q%s has taken %s (%s in all)%s",
+		ErrNotReady.Error(), cr.lang, phase, detail, round(now.Sub(since)), round(now.Sub(cr.began)), cr.progress(now.Sub(since)))
 }
 
 func round(d time.Duration) time.Duration {

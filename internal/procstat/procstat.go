@@ -8,9 +8,11 @@ package procstat
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Stat is what /proc/<pid>/stat says of one process.
@@ -23,7 +25,14 @@ type Stat struct {
 	TPGid   int    // its terminal's foreground process group (-1: none)
 	Start   uint64 // clock ticks after boot it started: tells a pid from a later one reusing it
 	Comm    string // its command name, as the kernel keeps it (truncated)
+	// CPU is the CPU time it used so far, user and system, in clock ticks
+	// (USER_HZ: 100 a second on Linux; see Ticks).
+	CPU uint64
 }
+
+// TickDuration is the length of one clock tick of Stat.CPU: USER_HZ is 100
+// on every Linux architecture envd runs on.
+const TickDuration = 10 * time.Millisecond
 
 // errFormat: a stat file this package cannot read.
 var errFormat = errors.New("unexpected format")
@@ -44,7 +53,8 @@ func Read(pid int) (Stat, error) {
 
 // parse reads a stat line. The command name, in parentheses, may hold
 // spaces and parentheses: the fields that follow start after the last ')':
-// state ppid pgrp session tty tpgid ... starttime (the 20th). The kernel
+// state ppid pgrp session tty tpgid ... utime stime (the 12th and 13th)
+// ... starttime (the 20th). The kernel
 // writes them all; a line that stops after session leaves TPGid and Start
 // zero.
 func parse(pid int, s string) (Stat, error) {
@@ -69,6 +79,15 @@ func parse(pid int, s string) (Stat, error) {
 		}
 		if st.Start, err = strconv.ParseUint(f[19], 10, 64); err != nil {
 			return Stat{}, errFormat
+		}
+		utime, uerr := strconv.ParseUint(f[11], 10, 64)
+		stime, serr := strconv.ParseUint(f[12], 10, 64)
+		if uerr != nil || serr != nil {
+			return Stat{}, errFormat
+		}
+		st.CPU = utime + stime
+		if st.CPU < utime { // no process lives that long: saturate
+			st.CPU = math.MaxUint64
 		}
 	}
 	return st, nil

@@ -20,7 +20,7 @@ func TestParse(t *testing.T) {
 		{name: "plain", line: "42 (sleep) S 1 42 7 0 -1", want: Stat{Pid: 42, State: 'S', PPid: 1, PGrp: 42, Session: 7, Comm: "sleep"}},
 		{name: "name with spaces and parentheses", line: "42 (a) b (c)) Z 3 4 5 0", want: Stat{Pid: 42, State: 'Z', PPid: 3, PGrp: 4, Session: 5, Comm: "a) b (c)"}},
 		{name: "whole line", line: "42 (bash) S 1 42 7 34816 43 4194560 1 2 0 0 3 4 0 0 20 0 1 0 123456 9 10 11",
-			want: Stat{Pid: 42, State: 'S', PPid: 1, PGrp: 42, Session: 7, TPGid: 43, Start: 123456, Comm: "bash"}},
+			want: Stat{Pid: 42, State: 'S', PPid: 1, PGrp: 42, Session: 7, TPGid: 43, Start: 123456, Comm: "bash", CPU: 3 + 4}},
 		{name: "bad start time", line: "42 (bash) S 1 42 7 34816 43 4194560 1 2 0 0 3 4 0 0 20 0 1 0 soon 9", bad: true},
 		{name: "no parenthesis", line: "42 sleep S 1 2 3", bad: true},
 		{name: "too few fields", line: "42 (x) S 1 2", bad: true},
