@@ -85,7 +85,14 @@ if home=$(getent passwd "$user" | cut -d: -f6) && [[ -n $home && -d $home ]]; th
 fi
 mkdir -p "$scratch/tmp"
 chmod 1777 "$scratch/tmp"
-mount --bind "$scratch/tmp" /tmp
+tmp=/tmp
+if [[ $PWD == /tmp || $PWD == /tmp/* ]]; then
+	# A new /tmp would hide the checkout: a new TMPDIR instead.
+	export TMPDIR=$scratch/tmp
+	tmp="TMPDIR ($TMPDIR)"
+else
+	mount --bind "$scratch/tmp" /tmp
+fi
 go_caches="Go's caches kept"
 if [[ ${FRESH_GO_CACHES:-1} == 1 ]]; then
 	mkdir -p "$scratch/go/cache" "$scratch/go/mod"
@@ -97,5 +104,5 @@ fi
 export HOME=/root
 unset XDG_CACHE_HOME XDG_CONFIG_HOME XDG_DATA_HOME XDG_RUNTIME_DIR JUPYTER_RUNTIME_DIR JUPYTER_DATA_DIR DENO_DIR
 
-echo "fresh-machine: new /root, ${home:-no sandbox user home} and /tmp, $go_caches; running: $*"
+echo "fresh-machine: new /root, ${home:-no sandbox user home} and $tmp, $go_caches; running: $*"
 exec "$@"

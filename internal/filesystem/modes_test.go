@@ -211,11 +211,13 @@ func TestDefaultModeCreatesForUser(t *testing.T) {
 	owned(priv + "/m")
 	owned(priv + "/m/n")
 	// Move: root makes the missing parents; the user moves.
-	testutil.WriteFile(t, dir+"/mine", "m", 0o644)
-	os.Chown(dir+"/mine", int(usr.UID), int(usr.GID))
+	// From the user's directory at the top: a move between filesystems
+	// (/tmp is often one of its own) is refused.
+	testutil.WriteFile(t, top+"/mine", "m", 0o644)
+	os.Chown(top+"/mine", int(usr.UID), int(usr.GID))
 	top2 := fmt.Sprintf("/envd-test-%d-move", os.Getpid())
 	t.Cleanup(func() { os.RemoveAll(top2) })
-	if _, err := e.files.Move(usr, dir+"/mine", top2+"/moved/mine"); err != nil {
+	if _, err := e.files.Move(usr, top+"/mine", top2+"/moved/mine"); err != nil {
 		t.Fatal(err)
 	}
 	owned(top2)
