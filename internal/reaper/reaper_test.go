@@ -42,8 +42,10 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// waitTimeout bounds every wait for a child in these tests.
-const waitTimeout = 10 * time.Second
+// waitTimeout bounds every wait for a child in these tests: a hang's
+// bound, not a speed (TestStartWithoutEnable's child is this whole test
+// binary, built with -race, started on a machine that may be loaded).
+const waitTimeout = 60 * time.Second
 
 func waitExit(t *testing.T, ch <-chan reaper.Exit) reaper.Exit {
 	t.Helper()
