@@ -198,19 +198,44 @@ func jsIdent(s string) bool {
 	return s != ""
 }
 
-// jsBaseline records the globals a fresh JavaScript kernel completes: its
-// builtins, left out of its variables.
+// jsBaseline records the globals a fresh JavaScript kernel has: its
+// builtins, left out of its variables. Deno completes "" with the names
+// of globalThis and of its prototypes (and symbols, which jsVariables
+// skips): this lists the same by running code, not by a completion. An
+// execution is watched (a kernel that stops answering ends it); a
+// complete_request is only waited for, and a creation must not wait on
+// what may never come.
 func (c *Context) jsBaseline(ctx context.Context, ks *kernelState) error {
-	rep, err := ks.kernel.Complete(ctx, "", 0)
-	if err != nil {
+	var out strings.Builder
+	if err := c.silentOutput(ctx, ks, jsGlobals, jupyter.ExecuteOptions{Silent: true}, &out); err != nil {
 		return err
 	}
-	ks.baseline = make(map[string]bool, len(rep.Matches))
-	for _, n := range rep.Matches {
+	printed := out.String()
+	i := strings.LastIndex(printed, variablesMarker)
+	if i < 0 {
+		return fmt.Errorf("the globals query printed no answer")
+	}
+	line, _, _ := strings.Cut(printed[i+len(variablesMarker):], "\n")
+	var names []string
+	if err := json.Unmarshal([]byte(line), &names); err != nil {
+		return fmt.Errorf("decode the globals answer: %w", err)
+	}
+	ks.baseline = make(map[string]bool, len(names))
+	for _, n := range names {
 		ks.baseline[n] = true
 	}
 	return nil
 }
+
+// jsGlobals prints variablesMarker and the JSON array of the names on
+// globalThis and its prototype chain.
+const jsGlobals = `void (function () {
+  var seen = new Set();
+  for (var o = globalThis; o; o = Object.getPrototypeOf(o)) {
+    Object.getOwnPropertyNames(o).forEach(function (n) { seen.add(n); });
+  }
+  console.log("` + variablesMarker + `" + JSON.stringify(Array.from(seen)));
+})();`
 
 // jsVariables reads the values of NAMES (a JSON string of a JSON array)
 // in global scope; indirect eval sees let, const and class bindings too.
