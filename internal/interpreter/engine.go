@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -914,7 +915,10 @@ func (e *Engine) executionFinished(x *Execution) {
 		for i, f := range e.finished {
 			if f == x {
 				delete(e.execs, x.ID)
-				e.finished = append(e.finished[:i:i], e.finished[i+1:]...)
+				// Delete zeroes the slot it frees: the forgotten
+				// execution (and its output) must not stay reachable
+				// through the backing array.
+				e.finished = slices.Delete(e.finished, i, i+1)
 				return
 			}
 		}

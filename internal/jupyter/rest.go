@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -188,13 +189,45 @@ func (c *Client) Kernel(ctx context.Context, id string) (*KernelModel, error) {
 // DeleteKernel shuts a kernel down. The server does not close the kernel's
 // WebSockets: the Kernels connected to it through this client end at once
 // with ErrKernelDied (close them when done).
+//
+// A kernel the server is restarting (its auto-restart after the kernel
+// died) cannot be shut down until the new process is up: jupyter_server
+// 1.23 answers 500 (InvalidStateError, its "ready" future still pending)
+// for a second or two. A 5xx is tried again, for at most deleteRetryFor.
 func (c *Client) DeleteKernel(ctx context.Context, id string) error {
-	if err := c.do(ctx, "delete kernel", http.MethodDelete, kernelPath(id), nil, http.StatusNoContent, nil); err != nil {
-		return err
+	wait := 50 * time.Millisecond
+	var until time.Time
+	for {
+		err := c.do(ctx, "delete kernel", http.MethodDelete, kernelPath(id), nil, http.StatusNoContent, nil)
+		var herr *HTTPError
+		if !errors.As(err, &herr) || herr.Status < 500 {
+			if err != nil {
+				return err
+			}
+			c.conns.deleted(id)
+			return nil
+		}
+		if until.IsZero() {
+			until = time.Now().Add(deleteRetryFor)
+		}
+		if time.Now().Add(wait).After(until) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
 	}
-	c.conns.deleted(id)
-	return nil
 }
+
+// deleteRetryFor bounds how long DeleteKernel tries again after the
+// server's 5xx: a restart takes the kernel's start (seconds on a loaded
+// machine).
+const deleteRetryFor = 30 * time.Second
 
 // InterruptKernel sends the kernel SIGINT (or an interrupt_request,
 // depending on its spec). Effects vary by kernel: ipykernel raises
