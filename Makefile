@@ -73,6 +73,13 @@ checkgenerate: generate ## fail if regenerating changes anything
 bench: deps build envctl ## benchmarks: each measured path against an in-run baseline, then a table of ratios, goals, MET or MISSED
 	bench/run.sh
 
+# How long `make soak` runs its workload (a Go duration: 90s, 10m, 1h).
+SOAK_DURATION ?= 10m
+
+.PHONY: soak
+soak: deps build envctl ## a mixed SDK and envctl workload on a real envd for SOAK_DURATION (10m); fails on a failed or stalled op or on growth (soak/README.md)
+	SOAK_DURATION=$(SOAK_DURATION) node soak/soak.mjs
+
 .PHONY: envctl
 envctl: ## build bin/envctl, static
 	CGO_ENABLED=0 go build -buildvcs=auto -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/envctl ./cmd/envctl

@@ -87,6 +87,7 @@ func run(ho *handover.Pending) error {
 	fs.StringVar(&cfg.RunDir, "run-dir", "/run/e2b", "where envd writes .E2B_SANDBOX, .E2B_SANDBOX_ID and .E2B_TEMPLATE_ID for code in the sandbox to read, as upstream; '' writes none")
 	fs.StringVar(&cfg.MMDSURL, "mmds-url", mmds.DefaultURL, "where the host's boot metadata is read at boot (Firecracker's MMDS): the sandbox's ids for processes and logs, and the hash /init's access token must match; off: not read")
 	warmKernels := fs.String("warm-kernels", interpreter.DefaultWarmKernels().String(), "prestarted kernels kept ready per language, as language=count items (python, r, bash; e.g. python=1,r=1): a new context takes one instead of waiting for a kernel start; each costs an idle kernel's memory (a Python one about 70 MB); python=0 or '' turns it off")
+	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve Go's net/http/pprof profiles (e.g. /debug/pprof/goroutine?debug=1) on this loopback IP:PORT, such as 127.0.0.1:6060, for debugging; any process that reaches it can read them, no token asked; a non-loopback address is refused (default: off)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	version := fs.Bool("version", false, "print the version (semver: upstream's wire version, the commit as build metadata) and exit")
@@ -143,6 +144,9 @@ func run(ho *handover.Pending) error {
 		return fmt.Errorf("%s%q: %v", from("warm-kernels"), *warmKernels, err)
 	}
 	cfg.WarmKernels = warm
+	if err := daemon.CheckDebugAddr(cfg.DebugAddr); err != nil {
+		return fmt.Errorf("%s%q: %v", from("debug-addr"), cfg.DebugAddr, err)
+	}
 	if cfg.Port != 0 && cfg.Port == cfg.CodePort {
 		return fmt.Errorf("%s%d and %s%d are the same port: give the code API another one, or -code-port 0 to serve it on -port alone",
 			from("port"), cfg.Port, from("code-port"), cfg.CodePort)

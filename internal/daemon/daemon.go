@@ -117,6 +117,9 @@ type Config struct {
 	// (handover.Take): it adopts the listeners and processes instead of
 	// starting afresh, or rolls back to the old binary if it cannot.
 	Handover *handover.Pending
+	// DebugAddr, when set, serves net/http/pprof there (debug.go): a
+	// loopback IP:PORT only, refused otherwise. "": off.
+	DebugAddr string
 
 	inherited *inherited       // the handover's listeners, until listen takes them
 	tags      *slogtag.Handler // tags Logger's records with the sandbox's ids
@@ -168,6 +171,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	dbg, err := listenDebug(cfg.DebugAddr, cfg.Logger)
+	if err != nil {
+		for _, l := range lns {
+			l.ln.Close()
+		}
+		return err
+	}
+	defer dbg.close()
 	s := serve(ctx, lns, cfg.Logger)
 	stopSignals := p.upg.notifyUpgrades()
 	defer stopSignals()
@@ -208,6 +219,9 @@ func checkConfig(cfg Config) (Config, string, error) {
 	}
 	if err := checkCgroupMode(cfg.Cgroups); err != nil {
 		return cfg, "", err
+	}
+	if err := CheckDebugAddr(cfg.DebugAddr); err != nil {
+		return cfg, "", fmt.Errorf("debug address %q: %w", cfg.DebugAddr, err)
 	}
 	user, err := defaultUser(cfg.DefaultUser)
 	if err != nil {
