@@ -23,8 +23,11 @@ RUN ldflags="-s -w -X github.com/envd-dev/envd/internal/buildinfo.commit=${ENVD_
 # --- the sandbox -------------------------------------------------------------
 FROM debian:bookworm
 # The same installer CI runs; the sandbox needs no Go (it gets a built envd)
-# and no test packages.
+# and no test packages. It also builds what kernels would build on first use;
+# the Java kernel's agent is prebuilt from the source envd embeds.
 COPY scripts/install-deps.sh /opt/envd/scripts/install-deps.sh
+COPY internal/jupyter/startup/files/python/envd_java_kernel/EnvdJShell.java \
+	/opt/envd/internal/jupyter/startup/files/python/envd_java_kernel/EnvdJShell.java
 RUN ENVD_INSTALL_FULL=1 ENVD_SKIP_COMPAT=1 ENVD_SKIP_GO=1 /opt/envd/scripts/install-deps.sh \
 	&& rm -rf /var/lib/apt/lists/* /root/.npm
 COPY --from=build /out/envd /out/envctl /usr/local/bin/

@@ -3,7 +3,9 @@
 # each measured path: envd's figure, the in-run baseline's (the same work
 # done directly), the ratio (always envd's cost over the baseline's, lower
 # is better; a throughput row as baseline rate / envd rate), the goal, and
-# MET or MISSED. Rows without a goal are printed for information. Not a test:
+# MET or MISSED; the cold-* rows (bench/coldctx.sh, as root) compare the
+# first context of a language on a cold machine with the second, their
+# baseline. Rows without a goal are printed for information. Not a test:
 # MISSED does not fail it; a piece that fails (or a row no piece measured)
 # shows as "not measured", and makes it exit 1 once the table is printed.
 #
@@ -17,7 +19,8 @@
 # 100 concurrent commands.run), BENCH_CODE_STARTS (15 createCodeContext
 # calls of each kind), BENCH_STREAM_RUNS (3 streams of BENCH_STREAM_MIB,
 # 1024), BENCH_FILE_RUNS (7 rounds of transfers of BENCH_FILE_MIB, 1024),
-# BENCH_START_RUNS (5 envd starts).
+# BENCH_START_RUNS (5 envd starts), BENCH_COLD_RUNS (1 cold machine per
+# language).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -47,6 +50,12 @@ files-multipart-tcp|  1 GiB multipart upload vs raw TCP (rate)|-
 ctx-warm|createCodeContext(), prestarted kernel, median|0.1
 ctx-cold|createCodeContext(), -warm-kernels python=0, median|1.2
 start|envd start to the first runCode result, median|1.1
+cold-python|first python context + cell, cold machine, vs the second|1.5
+cold-javascript|first javascript context + cell, cold machine, vs the second|1.5
+cold-typescript|first typescript context + cell, cold machine, vs the second|1.5
+cold-r|first r context + cell, cold machine, vs the second|1.5
+cold-java|first java context + cell, cold machine, vs the second|1.5
+cold-bash|first bash context + cell, cold machine, vs the second|1.5
 EOF
 )"
 
@@ -72,6 +81,7 @@ piece "runCode('x=1') and createCodeContext()" bench/code.sh
 piece "1 GiB of stdout" bench/stream.sh
 piece "1 GiB file transfers" bench/files.sh
 piece "envd start to the first runCode result" node bench/start.mjs "${BENCH_START_RUNS:-5}"
+piece "the first context of each language on a cold machine vs the second" bench/coldctx.sh
 
 echo
 echo "== envd's cost over the baseline's in the same run (lower is better)"

@@ -22,6 +22,14 @@
 #     installs; /etc/profile.d/envd-python.sh keeps the venv first on a login
 #     shell's PATH.
 #   - npm dependencies of test/compat (`npm ci`), unless ENVD_SKIP_COMPAT=1.
+#   - What kernels would otherwise build on their first use (see
+#     install_kernel_caches): matplotlib's font cache in the homes of root
+#     and `user`, and the Java kernel's agent compiled, with class data
+#     archives for its JVMs, in /var/cache/envd/java-kernel.
+#
+#   scripts/install-deps.sh            everything above
+#   scripts/install-deps.sh --caches   only the kernels' caches (the packages
+#                                      must be there): e.g. in new, empty homes
 #
 # Environment knobs:
 #   ENVD_INSTALL_FULL=1   also install the big data stack (the Dockerfile and `make test` set it)
@@ -43,6 +51,9 @@ readonly PYTHON_VENV=/opt/envd-python
 readonly R_LIBRARY=/usr/local/lib/R/site-library
 readonly PROFILE_SNIPPET=/etc/profile.d/envd-python.sh
 readonly REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The Java kernel's prebuilt agent: envd_java_kernel/kernel.py reads it there.
+readonly JAVA_PREBUILT=/var/cache/envd/java-kernel
+readonly JAVA_AGENT_SRC=$REPO_ROOT/internal/jupyter/startup/files/python/envd_java_kernel/EnvdJShell.java
 
 APT_PKGS=(
 	# Jupyter (always run with Debian's /usr/bin/python3)
@@ -277,6 +288,164 @@ EOF
 	fi
 }
 
+# --- kernels' first-use caches -----------------------------------------------
+# What a kernel would build on its first use in a new sandbox is built here,
+# at image build, so that the first context of a language is about as fast as
+# the second (bench/coldctx.sh measures both):
+#   - matplotlib's font cache (~/.cache/matplotlib/fontlist-v*.json), for root
+#     (whose kernels run by default) and the sandbox user (-strict-users):
+#     without it the first `import matplotlib.pyplot` of each opens every
+#     font (and, when that takes over 5 s, writes "Matplotlib is building
+#     the font cache" to the cell's stderr). Rebuilt when a font or
+#     matplotlib was installed since.
+#   - The Java kernel's agent, compiled (without it each kernel start compiles
+#     EnvdJShell.java in the java launcher's source-file mode), and class
+#     data (CDS) archives of what its two JVMs load at start (JShell, javac,
+#     JDI): mapped instead of parsed. In $JAVA_PREBUILT/KEY, KEY the
+#     SHA-256 of the agent's source, a NUL and the java launcher's resolved
+#     path (kernel.py's prebuilt_key): envd's Java kernel uses it only for
+#     the very source it embeds and only while root alone can change it
+#     (root's, mode 0755/0644), and otherwise compiles the agent as before.
+#     Rebuilt when the source or the JDK changed.
+# Nothing else is built on first use: Python's compiled modules come with the
+# packages (Debian's py3compile, pip), R reads its installed packages'
+# indexes as installed, and Deno's first start only creates two empty SQLite
+# caches in its DENO_DIR (~/.cache/deno), which costs it nothing measurable.
+install_kernel_caches() {
+	cache_matplotlib root
+	cache_matplotlib "$SANDBOX_USER"
+	cache_java_kernel
+}
+
+# cache_matplotlib USER: matplotlib's font cache in USER's home.
+cache_matplotlib() {
+	local user=$1 home="" list="" f fm=/usr/lib/python3/dist-packages/matplotlib/font_manager.py
+	[[ -f $fm ]] || return 0
+	IFS=: read -r _ _ _ _ _ home _ < <(getent passwd "$user") || true
+	[[ -n $home && -d $home ]] || return 0
+	for f in "$home"/.cache/matplotlib/fontlist-v*.json; do
+		if [[ -f $f && (-z $list || $f -nt $list) ]]; then list=$f; fi
+	done
+	# Up to date unless matplotlib or a font was installed (a new inode, a
+	# new ctime: dpkg keeps the packages' mtimes) after it was written.
+	if [[ -n $list ]] && [[ -z $(find "$fm" /usr/share/fonts /usr/local/share/fonts \
+		-cnewer "$list" -print -quit 2>/dev/null) ]]; then
+		return
+	fi
+	rm -f "$home"/.cache/matplotlib/fontlist-v*.json
+	runuser -u "$user" -- env -i HOME="$home" PATH=/usr/bin:/bin LANG=C.UTF-8 \
+		/usr/bin/python3 -c 'import matplotlib.font_manager' ||
+		die "matplotlib's font cache for $user"
+	note "matplotlib font cache ($user)"
+}
+
+cache_java_kernel() {
+	local jshell java key dir
+	jshell=$(command -v jshell || echo /usr/bin/jshell)
+	jshell=$(realpath -e "$jshell" 2>/dev/null) || return 0
+	java=$(realpath -e "${jshell%/*}/java" 2>/dev/null) || return 0
+	if [[ ! -f $JAVA_AGENT_SRC ]]; then
+		log "warning: no $JAVA_AGENT_SRC: the Java kernel will compile its agent at each start"
+		return
+	fi
+	key=$({ cat "$JAVA_AGENT_SRC"; printf '\0%s' "$java"; } | sha256sum | cut -d' ' -f1)
+	dir=$JAVA_PREBUILT/$key
+	java_kernel_built "$java" "$dir" && return
+	mkdir -p "$JAVA_PREBUILT"
+	chown root:root "${JAVA_PREBUILT%/*}" "$JAVA_PREBUILT"
+	chmod 0755 "${JAVA_PREBUILT%/*}" "$JAVA_PREBUILT"
+	# One build at a time (`make test` runs this script, maybe twice at once).
+	local lock status=0
+	exec {lock}>"$JAVA_PREBUILT/.lock"
+	flock "$lock"
+	if ! java_kernel_built "$java" "$dir"; then
+		log "building the Java kernel's agent and class data archives in $dir"
+		local tmp old
+		tmp=$(mktemp -d "$JAVA_PREBUILT/.build.XXXXXX")
+		(umask 022 && build_java_kernel "$java" "$dir" "$tmp") || status=$?
+		rm -rf "$tmp"
+		if ((status)); then
+			rm -rf "$dir"
+			log "warning: building the Java kernel's prebuilt agent failed: the kernel will compile it at each start"
+		else
+			# Other keys: older agents, another JDK's; unfinished builds.
+			for old in "$JAVA_PREBUILT"/* "$JAVA_PREBUILT"/.build.*; do
+				if [[ -e $old && $old != "$dir" ]]; then rm -rf "$old"; fi
+			done
+			note "java kernel agent and CDS archives"
+		fi
+	fi
+	exec {lock}>&-
+}
+
+# java_kernel_built JAVA DIR: DIR is complete and newer than the JDK (an
+# archive is only good for the very JVM that wrote it).
+java_kernel_built() {
+	local jdk=${1%/bin/*} dir=$2
+	[[ -f $dir/envd-jshell.jar && -f $dir/agent.jsa && -f $dir/remote.jsa ]] &&
+		[[ -z $(find "$jdk/lib/server/libjvm.so" "$jdk/lib/modules" -cnewer "$dir/agent.jsa" -print -quit 2>/dev/null) ]]
+}
+
+# build_java_kernel JAVA DIR TMP: the jar, then the classes the two JVMs
+# load while the agent starts and runs typical cells (a class list each),
+# then an archive of each list, dumped with the options kernel.py runs them
+# with. The agent's archive records the jar's path: the jar is built in
+# place. Each file appears whole (renamed into place).
+build_java_kernel() {
+	local java=$1 dir=$2 tmp=$3 bin=${1%/*}
+	# (set -e does not hold here: the caller tests the status.)
+	"$bin/javac" -nowarn -d "$tmp/classes" "$JAVA_AGENT_SRC" || return
+	rm -rf "$dir" && mkdir -m 0755 "$dir" || return
+	"$bin/jar" --create --file "$dir/.envd-jshell.jar.tmp" -C "$tmp/classes" . || return
+	mv "$dir/.envd-jshell.jar.tmp" "$dir/envd-jshell.jar" || return
+	local agent_opts=(-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData -Xss4m)
+	mkdir "$tmp/cp" || return
+	(cd "$tmp" && timeout 300 /usr/bin/python3 - "$java" "${agent_opts[@]}" \
+		-XX:DumpLoadedClassList="$tmp/agent.classlist" -cp "$dir/envd-jshell.jar" EnvdJShell \
+		-cp "$tmp/cp" -XX:-UsePerfData -Dfile.encoding=UTF-8 -XX:DumpLoadedClassList="$tmp/remote.classlist" <<'EOF'
+# Drives the agent (the framed protocol of EnvdJShell.java) through typical cells.
+import struct, subprocess, sys
+cells = [
+    'System.setProperty("user.dir", "/");',
+    "1+1",
+    'System.out.println("hello"); System.err.println("err");',
+    'int x = 41;\nString greet(String n) { return "hi " + n; }\n'
+    "class Point { final int a; Point(int a) { this.a = a; } }\nimport java.time.*;",
+    'greet("bob") + new Point(x).a + Duration.ofSeconds(61).toMinutes()',
+    "List.of(1, 2, 3).stream().map(i -> i * 2).collect(Collectors.toList())",
+    'throw new IllegalStateException("boom");',
+    "undefinedName + 1",
+]
+p = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+def frame():
+    head = p.stdout.read(5)
+    if len(head) < 5:
+        sys.exit("the Java agent exited")
+    kind, n = struct.unpack(">cI", head)
+    return kind, p.stdout.read(n)
+while frame()[0] != b"r":
+    pass
+for code in cells:
+    data = code.encode()
+    p.stdin.write(struct.pack(">cI", b"X", len(data)) + data)
+    p.stdin.flush()
+    while frame()[0] != b"d":
+        pass
+p.stdin.write(struct.pack(">cI", b"Q", 0))
+p.stdin.flush()
+sys.exit(p.wait())
+EOF
+	) || return
+	"$java" -Xshare:dump -Xlog:disable -Xlog:all=error:stderr "${agent_opts[@]}" \
+		-XX:SharedClassListFile="$tmp/agent.classlist" -XX:SharedArchiveFile="$dir/.agent.jsa.tmp" \
+		-cp "$dir/envd-jshell.jar" >/dev/null || return
+	"$java" -Xshare:dump -Xlog:disable -Xlog:all=error:stderr -XX:-UsePerfData \
+		-XX:SharedClassListFile="$tmp/remote.classlist" -XX:SharedArchiveFile="$dir/.remote.jsa.tmp" >/dev/null || return
+	chmod 0644 "$dir"/.*.jsa.tmp &&
+		mv "$dir/.agent.jsa.tmp" "$dir/agent.jsa" &&
+		mv "$dir/.remote.jsa.tmp" "$dir/remote.jsa"
+}
+
 # --- Go ----------------------------------------------------------------------
 # envd builds with the Go named in go.mod. A machine without any Go gets that
 # release from the Go module proxy (golang.org/toolchain, the same zip the go
@@ -323,6 +492,20 @@ install_compat() {
 	fi
 }
 
+case ${1:-} in
+"") ;;
+--caches)
+	start=$SECONDS
+	install_kernel_caches
+	if ((${#done_steps[@]})); then
+		summary=$(printf '%s, ' "${done_steps[@]}")
+		echo "install-deps: built ${summary%, } ($((SECONDS - start))s)"
+	fi
+	exit 0
+	;;
+*) die "unknown argument $1 (none, or --caches)" ;;
+esac
+
 start=$SECONDS
 install_apt
 install_go
@@ -330,6 +513,7 @@ install_deno
 check_kernelspecs
 install_user
 install_packages_env
+install_kernel_caches
 install_compat
 if ((${#done_steps[@]} == 0)); then
 	echo "install-deps: everything already present ($((SECONDS - start))s)"

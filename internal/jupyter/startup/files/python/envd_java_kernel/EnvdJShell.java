@@ -6,6 +6,9 @@
  *
  *     java [options] EnvdJShell.java [remote VM option...]
  *
+ * or compiled, from the jar scripts/install-deps.sh prebuilds (kernel.py:
+ * "Prebuilt agent"): java [options] -cp envd-jshell.jar EnvdJShell ...
+ *
  * User code runs in JShell's default execution engine: a second JVM
  * started and controlled through JDI (what the jshell tool does), so state
  * lives there across executions, jshell's stop() ends a running snippet

@@ -4,10 +4,11 @@ How a cell runs
 ---------------
 The kernel starts one agent, EnvdJShell.java in this directory, with the
 JDK's java launcher in source-file mode (no build step; the JDK is the one
-of `jshell`, named by ENVD_JAVA in the kernelspec). The agent holds one
-JShell whose user code runs in a second JVM, JShell's default JDI execution
-engine (what the jshell tool does); both JVMs start in the kernel's working
-directory (user.dir), in a process group of their own. The agent starts while
+of `jshell`, named by ENVD_JAVA in the kernelspec), or prebuilt when the
+image has it (see "Prebuilt agent"). The agent holds one JShell whose user
+code runs in a second JVM, JShell's default JDI execution engine (what the
+jshell tool does); both JVMs start in the kernel's working directory
+(user.dir), in a process group of their own. The agent starts while
 Jupyter connects; the first execution waits for it (default imports done:
 java.io, java.math, java.net, java.nio.file, java.util and its concurrent,
 function, prefs, regex, stream packages, as in jshell).
@@ -52,6 +53,24 @@ snippet runs; the state stays. Code that cannot be stopped within 8 s
 (stuck in native code) gets the agent and its JVM killed and restarted as
 above.
 
+Prebuilt agent
+--------------
+scripts/install-deps.sh builds, at image build, what each start would
+otherwise redo: the agent compiled (envd-jshell.jar, so that no start
+compiles EnvdJShell.java) and class data archives (CDS) of the JDK classes
+the two JVMs load (agent.jsa, remote.jsa, so that they are mapped instead of
+parsed), in PREBUILT/KEY, KEY being the SHA-256 of this EnvdJShell.java, a
+NUL and the java launcher's resolved path (prebuilt_key): a directory built
+from another version of the agent, or for another JDK, is never used. They
+are used only when they and every directory above them are root's and no one
+else can write them (a kernel of the sandbox user must not load classes that
+user could plant; a sticky directory above them, such as /tmp, may be
+writable by others). Each file is used when it is there: the jar alone, or
+with the archives; the JVM itself checks that an archive fits it and ignores
+one that does not (another build of the JDK). Without them the agent runs
+from source. Each agent start looks again (install-deps.sh may have rebuilt
+them meanwhile).
+
 Env vars
 --------
 envd passes per-execution and sandbox-wide env vars to Java as system
@@ -60,10 +79,12 @@ after the execution); a JVM's environment is fixed at its start.
 """
 
 import codecs
+import hashlib
 import os
 import select
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import time
@@ -85,10 +106,23 @@ _STOP_GRACE = 8.0
 _MAX_REPLAY = 10000
 
 # The agent JVM compiles snippets (javac): C1 only warms it up fastest.
-# No hsperfdata files in /tmp (-XX:-UsePerfData) for either JVM.
-# Its class path is its own directory, never the working directory (".",
-# the default), which sandbox code may write.
-_AGENT_OPTS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-Xss4m", "-cp", _HERE]
+# No hsperfdata files in /tmp (-XX:-UsePerfData) for either JVM. The JVM's
+# own warnings go to stderr: its stdout carries the frames.
+# Its class path is its own directory (or the prebuilt jar), never the
+# working directory (".", the default), which sandbox code may write.
+_AGENT_OPTS = [
+    "-XX:TieredStopAtLevel=1",
+    "-XX:+UseSerialGC",
+    "-XX:-UsePerfData",
+    "-Xss4m",
+    "-Xlog:disable",
+    "-Xlog:all=warning:stderr",
+]
+# Where scripts/install-deps.sh puts the prebuilt agent (see the top).
+PREBUILT = "/var/cache/envd/java-kernel"
+_PREBUILT_JAR = "envd-jshell.jar"
+_PREBUILT_AGENT_CDS = "agent.jsa"
+_PREBUILT_REMOTE_CDS = "remote.jsa"
 # The JVM that runs user code.
 # Its class path is the agent's directory too: the java default, ".", would
 # let classes planted in the working directory stand in for the ones JShell
@@ -124,12 +158,79 @@ def find_java():
     return os.path.join(os.path.dirname(os.path.realpath(jshell)), "java")
 
 
+def prebuilt_key(source, java):
+    """The name of the directory in PREBUILT for this agent source (bytes)
+    and java launcher; scripts/install-deps.sh computes the same."""
+    return hashlib.sha256(source + b"\0" + os.path.realpath(java).encode()).hexdigest()
+
+
+def _root_only(path, is_dir):
+    """Whether path (absolute, no links anywhere) and every directory above
+    it are root's and no one else can change them: owned by root, not
+    writable by group or others (but for a sticky directory above it, whose
+    root-owned entries others can neither rename nor remove)."""
+    if not os.path.isabs(path):
+        return False
+    parts = [p for p in os.path.normpath(path).split("/") if p]
+    cur = "/"
+    for i in range(len(parts) + 1):
+        if i:
+            cur = os.path.join(cur, parts[i - 1])
+        try:
+            st = os.lstat(cur)
+        except OSError:
+            return False
+        last = i == len(parts)
+        if st.st_uid != 0:
+            return False
+        if last and not is_dir:
+            if not stat.S_ISREG(st.st_mode):
+                return False
+        elif not stat.S_ISDIR(st.st_mode):
+            return False
+        if st.st_mode & 0o022 and (last or not st.st_mode & stat.S_ISVTX):
+            return False
+    return True
+
+
+def agent_argv(java, prebuilt=None):
+    """The agent's command line: from the prebuilt jar, with the class data
+    archives that are there, when PREBUILT (or prebuilt) holds them for
+    this source and java and only root can change them; else from source."""
+    prebuilt = prebuilt or PREBUILT
+    jar = agent_cds = remote_cds = None
+    try:
+        with open(_AGENT, "rb") as f:
+            d = os.path.join(prebuilt, prebuilt_key(f.read(), java))
+    except OSError:
+        d = None
+    if d is not None and _root_only(d, True):
+        def have(name):
+            p = os.path.join(d, name)
+            return p if _root_only(p, False) else None
+
+        jar = have(_PREBUILT_JAR)
+        agent_cds = jar and have(_PREBUILT_AGENT_CDS)
+        remote_cds = have(_PREBUILT_REMOTE_CDS)
+    argv = [java] + _AGENT_OPTS
+    if jar:
+        if agent_cds:
+            argv.append("-XX:SharedArchiveFile=" + agent_cds)
+        argv += ["-cp", jar, "EnvdJShell"]
+    else:
+        argv += ["-cp", _HERE, _AGENT]
+    argv += _REMOTE_OPTS
+    if remote_cds:
+        argv.append("-XX:SharedArchiveFile=" + remote_cds)
+    return argv
+
+
 class Agent:
     """One EnvdJShell process (and its execution JVM)."""
 
-    def __init__(self, java, cwd, env):
+    def __init__(self, argv, cwd, env):
         self.proc = subprocess.Popen(
-            [java] + _AGENT_OPTS + [_AGENT] + _REMOTE_OPTS,
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=cwd,
@@ -310,7 +411,7 @@ class JavaKernel(Replies, Kernel):
 
     def _start_agent(self):
         cwd = self._cwd if os.path.isdir(self._cwd) else "/"
-        self._agent = Agent(self._java, cwd, self._child_env())
+        self._agent = Agent(agent_argv(self._java), cwd, self._child_env())
 
     def _ready_agent(self):
         """The agent, started and ready, with the replay done."""
