@@ -5,7 +5,6 @@
 import { spawn } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
-import net from 'node:net'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 
@@ -36,18 +35,8 @@ export function parseDuration(s) {
   return ms
 }
 
-/** A port that was free on 127.0.0.1 a moment ago. */
-export function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer()
-    srv.unref()
-    srv.on('error', reject)
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address()
-      srv.close(() => resolve(port))
-    })
-  })
-}
+/** A port that was free on 127.0.0.1 a moment ago: the compat harness's. */
+export { freePort } from '../test/compat/harness.mjs'
 
 /** Poll `fn` until it returns a truthy value; throws with `what` after `timeoutMs`. */
 export async function waitFor(fn, { timeoutMs = 10000, intervalMs = 50, what = 'condition' } = {}) {
