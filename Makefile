@@ -39,7 +39,7 @@ run: deps build ## install what is missing, then run envd with Jupyter on localh
 .PHONY: test
 # The tests import the whole data stack the image ships (test/compat/datastack.test.mjs).
 test: export ENVD_INSTALL_FULL := 1
-test: deps checkgenerate lint test-go test-compat ## every test: generated code, lint, Go with -race, the SDK compatibility suite
+test: deps checkgenerate lint test-go fuzz-smoke test-compat ## every test: generated code, lint, Go with -race, each fuzz target briefly, the SDK compatibility suite
 
 .PHONY: test-go
 test-go: ## Go tests with the race detector
@@ -48,6 +48,17 @@ test-go: ## Go tests with the race detector
 .PHONY: stress
 stress: ## the Go suite STRESS_N times (3) beside two CPU burners; prints each failure
 	scripts/stress.sh
+
+# How long `make fuzz` runs each fuzz target (go test -fuzztime).
+FUZZTIME ?= 1m
+
+.PHONY: fuzz
+fuzz: ## every Go fuzz target in turn for FUZZTIME (1m; make fuzz FUZZTIME=10m); a failing input lands in its package's testdata/fuzz
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
+
+.PHONY: fuzz-smoke
+fuzz-smoke: ## every Go fuzz target for 3s: a short run past the seed corpora
+	FUZZTIME=3s scripts/fuzz.sh
 
 .PHONY: test-compat
 test-compat: build ## the unmodified npm SDKs against a real envd

@@ -512,6 +512,11 @@ func readMounts(fsRoot string) (*mounts, error) {
 	if err != nil {
 		return nil, err
 	}
+	return mountsOf(fsRoot, all), nil
+}
+
+// mountsOf keeps the cgroup mounts of all at fsRoot or beneath it.
+func mountsOf(fsRoot string, all []mountinfo.Mount) *mounts {
 	ms := &mounts{root: fsRoot, v2: map[string]string{}, v1: map[string]map[string]string{}}
 	for _, m := range all {
 		if m.Point != fsRoot && !strings.HasPrefix(m.Point, strings.TrimSuffix(fsRoot, "/")+"/") {
@@ -529,7 +534,7 @@ func readMounts(fsRoot string) (*mounts, error) {
 			}
 		}
 	}
-	return ms, nil
+	return ms
 }
 
 // ownCgroups is /proc/self/cgroup: controller ("" for v2) -> path.
@@ -540,6 +545,11 @@ func readOwn() (ownCgroups, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseOwn(b), nil
+}
+
+// parseOwn reads a /proc/PID/cgroup file.
+func parseOwn(b []byte) ownCgroups {
 	own := ownCgroups{}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		parts := strings.SplitN(line, ":", 3)
@@ -554,7 +564,7 @@ func readOwn() (ownCgroups, error) {
 			own[c] = parts[2]
 		}
 	}
-	return own, nil
+	return own
 }
 
 // dirOf maps a cgroup path to its directory in a mount of the hierarchy

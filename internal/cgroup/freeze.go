@@ -321,6 +321,11 @@ func readPids(p string) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parsePids(b, p)
+}
+
+// parsePids reads b, the content of the cgroup.procs file p.
+func parsePids(b []byte, p string) ([]int, error) {
 	var pids []int
 	for _, f := range strings.Fields(string(b)) {
 		n, err := strconv.Atoi(f)

@@ -109,6 +109,11 @@ func readKey(p, key string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseKey(b, p, key)
+}
+
+// parseKey reads the value of key in b, the content of the file p.
+func parseKey(b []byte, p, key string) (uint64, error) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		k, v, ok := strings.Cut(sc.Text(), " ")

@@ -204,18 +204,23 @@ func (f *Files) ExtractTar(u *identity.User, dir string, r io.Reader) (int, erro
 			return osErr(u.Name, "write", dir, err)
 		}
 		defer unix.Close(sfd)
-		if n, err = untar(u.Name, dir, sfd, r); err != nil {
+		var dirModes map[string]uint32
+		if n, dirModes, err = untar(u.Name, dir, sfd, r); err != nil {
 			return err
 		}
-		return mergeInto(u.Name, dir, sfd, dfd, "")
+		if err := mergeInto(u.Name, dir, sfd, dfd, ""); err != nil {
+			return err
+		}
+		return setDirModes(u.Name, dir, dfd, dirModes)
 	})
 	return n, err
 }
 
 // untar writes the archive's entries below the directory sfd. Directories
-// are made 0700 while it runs (so their entries can be written) and get
-// their own modes at the end, deepest first.
-func untar(user, dir string, sfd int, r io.Reader) (int, error) {
+// are made 0700 (so their entries can be written, and they can be moved
+// into place: renaming a directory writes its ".."); their own modes,
+// which it returns by name, are set once they are in place.
+func untar(user, dir string, sfd int, r io.Reader) (int, map[string]uint32, error) {
 	cr := &countingReader{r: r}
 	tr := tar.NewReader(cr)
 	dirModes := map[string]uint32{}
@@ -227,33 +232,33 @@ func untar(user, dir string, sfd int, r io.Reader) (int, error) {
 			// a whole archive; one shorter than the end-of-archive marker
 			// is no archive at all ("hello").
 			if cr.n < 2*512 {
-				return n, fmt.Errorf("%w: %d bytes are not a tar archive", ErrArchive, cr.n)
+				return n, nil, fmt.Errorf("%w: %d bytes are not a tar archive", ErrArchive, cr.n)
 			}
 			break
 		}
 		if err != nil {
-			return n, fmt.Errorf("%w: %v", ErrArchive, err)
+			return n, nil, fmt.Errorf("%w: %v", ErrArchive, err)
 		}
 		if n++; n > maxTreeEntries {
-			return n, fmt.Errorf("%w: more than %d entries", ErrArchive, maxTreeEntries)
+			return n, nil, fmt.Errorf("%w: more than %d entries", ErrArchive, maxTreeEntries)
 		}
 		name, err := entryName(h.Name)
 		if err != nil {
-			return n, err
+			return n, nil, err
 		}
 		if name == "" {
 			continue // "./" itself
 		}
 		if strings.Count(name, "/") >= maxTreeDepth {
-			return n, fmt.Errorf("%w: %s is more than %d directories deep", ErrArchive, name, maxTreeDepth)
+			return n, nil, fmt.Errorf("%w: %s is more than %d directories deep", ErrArchive, name, maxTreeDepth)
 		}
 		parent, base := path.Split(name)
 		pfd, err := openParent(sfd, strings.TrimSuffix(parent, "/"))
 		if err != nil {
 			if errors.Is(err, ErrArchive) {
-				return n, err
+				return n, nil, err
 			}
-			return n, osErr(user, "write", path.Join(dir, name), err)
+			return n, nil, osErr(user, "write", path.Join(dir, name), err)
 		}
 		err = unpackEntry(tr, h, pfd, base, name, dirModes)
 		if parent != "" {
@@ -261,25 +266,33 @@ func untar(user, dir string, sfd int, r io.Reader) (int, error) {
 		}
 		if err != nil {
 			if errors.Is(err, ErrArchive) || errors.Is(err, ErrNoSpace) {
-				return n, err
+				return n, nil, err
 			}
-			return n, osErr(user, "write", path.Join(dir, name), err)
+			return n, nil, osErr(user, "write", path.Join(dir, name), err)
 		}
 	}
+	return n, dirModes, nil
+}
+
+// setDirModes gives the directories an archive unpacked in the directory
+// dfd their modes, deepest first: a directory made read-only after its
+// children.
+func setDirModes(user, dir string, dfd int, dirModes map[string]uint32) error {
 	names := make([]string, 0, len(dirModes))
 	for d := range dirModes {
 		names = append(names, d)
 	}
-	// Deepest first: a directory made read-only after its children.
 	slices.SortFunc(names, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 	for _, d := range names {
 		parent, base := path.Split(d)
-		pfd, err := openParent(sfd, strings.TrimSuffix(parent, "/"))
+		pfd, err := openParent(dfd, strings.TrimSuffix(parent, "/"))
 		if err == nil {
 			err = unix.Fchmodat(pfd, base, dirModes[d], unix.AT_SYMLINK_NOFOLLOW)
 			if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOTSUP) {
 				// Older kernels: the entry is a directory the archive
-				// made (checked when made), so following is harmless.
+				// made (checked when made), or what the user's own code
+				// put in its place since: following it changes only
+				// what the user may change, as whom this runs.
 				err = unix.Fchmodat(pfd, base, dirModes[d], 0)
 			}
 			if parent != "" {
@@ -287,10 +300,10 @@ func untar(user, dir string, sfd int, r io.Reader) (int, error) {
 			}
 		}
 		if err != nil {
-			return n, osErr(user, "write", path.Join(dir, d), err)
+			return osErr(user, "write", path.Join(dir, d), err)
 		}
 	}
-	return n, nil
+	return nil
 }
 
 // countingReader counts what was read through it.

@@ -256,12 +256,18 @@ func tgidOf(dir int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	_, rest, ok := bytes.Cut(buf[:n], []byte("\nTgid:"))
+	return parseTgid(buf[:n]), nil
+}
+
+// parseTgid reads the Tgid of the start of a /proc/PID/status file; ""
+// if it says none.
+func parseTgid(status []byte) string {
+	_, rest, ok := bytes.Cut(status, []byte("\nTgid:"))
 	if !ok {
-		return "", nil
+		return ""
 	}
 	line, _, _ := bytes.Cut(rest, []byte("\n"))
-	return string(bytes.TrimSpace(line)), nil
+	return string(bytes.TrimSpace(line))
 }
 
 // isProc tells whether fd is on a procfs.

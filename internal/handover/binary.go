@@ -202,18 +202,27 @@ func (b *Binary) Preflight(ctx context.Context, args []string) (Info, error) {
 	if ex.Code() != 0 {
 		return Info{}, errorf(ErrRefused, "preflight of %s: %s -%s ended with %s: %s", b.Path, b.Path, CheckFlag, ex, summary(stderr, out))
 	}
+	info, ok := parseCheckLine(out)
+	if !ok {
+		return Info{}, errorf(ErrRefused, "preflight of %s: -%s printed %q, not an envd's handover check line: is it envd?", b.Path, CheckFlag, trim(out))
+	}
+	if Schema < info.ReadsLo || Schema > info.ReadsHi {
+		return info, errorf(ErrRefused, "preflight of %s: envd %s reads handover schemas %d to %d, and this envd writes schema %d", b.Path, info.Version, info.ReadsLo, info.ReadsHi, Schema)
+	}
+	return info, nil
+}
+
+// parseCheckLine reads what a binary's preflight printed: its CheckLine,
+// or ok false.
+func parseCheckLine(out []byte) (info Info, ok bool) {
 	m := checkLine.FindSubmatch(bytes.TrimSpace(out))
 	if m == nil {
-		return Info{}, errorf(ErrRefused, "preflight of %s: -%s printed %q, not an envd's handover check line: is it envd?", b.Path, CheckFlag, trim(out))
+		return Info{}, false
 	}
 	ver, _ := strconv.Unquote(string(m[1]))
 	lo, _ := strconv.ParseUint(string(m[2]), 10, 32)
 	hi, _ := strconv.ParseUint(string(m[3]), 10, 32)
-	info := Info{Version: ver, ReadsLo: uint32(lo), ReadsHi: uint32(hi)}
-	if Schema < info.ReadsLo || Schema > info.ReadsHi {
-		return info, errorf(ErrRefused, "preflight of %s: envd %s reads handover schemas %d to %d, and this envd writes schema %d", b.Path, ver, lo, hi, Schema)
-	}
-	return info, nil
+	return Info{Version: ver, ReadsLo: uint32(lo), ReadsHi: uint32(hi)}, true
 }
 
 // readUpTo reads r to its end, keeping the first n bytes.

@@ -208,6 +208,10 @@ func editBundle(data []byte, old [][]byte, pems []byte) []byte {
 			inOurs = trimmed != caEnd
 			continue
 		case trimmed == caBegin:
+			if block != nil { // a certificate cut short: keep it where it was
+				out.WriteString(strings.Join(block, "\n") + "\n")
+				block = nil
+			}
 			inOurs = true
 			if at < 0 {
 				at = out.Len()

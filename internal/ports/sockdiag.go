@@ -78,50 +78,60 @@ func sockDiagDump(fd int, seq uint32, af uint8, family Family, out []Listener) (
 		if err != nil {
 			return out, fmt.Errorf("sock_diag answer: %w", err)
 		}
-		msgs := buf[:n]
-		for len(msgs) >= sizeofNlMsghdr {
-			l := int(ne.Uint32(msgs[0:]))
-			typ := ne.Uint16(msgs[4:])
-			if l < sizeofNlMsghdr || l > len(msgs) {
-				return out, fmt.Errorf("sock_diag answer: a message of %d bytes in %d", l, len(msgs))
-			}
-			body := msgs[sizeofNlMsghdr:l]
-			msgs = msgs[min(nlmAlign(l), len(msgs)):]
-			switch typ {
-			case unix.NLMSG_DONE:
-				return out, nil
-			case unix.NLMSG_ERROR:
-				if len(body) >= 4 {
-					if errno := -int32(ne.Uint32(body)); errno != 0 {
-						return out, fmt.Errorf("sock_diag: %w", unix.Errno(errno))
-					}
-				}
-				continue
-			case unix.SOCK_DIAG_BY_FAMILY:
-			default:
-				continue
-			}
-			if len(body) < sizeofInetDiagMsg {
-				return out, fmt.Errorf("sock_diag answer: a socket of %d bytes, want %d", len(body), sizeofInetDiagMsg)
-			}
-			if len(out) >= maxListeners {
-				return out, errTooMany
-			}
-			l4 := Listener{
-				Family: family,
-				Port:   binary.BigEndian.Uint16(body[diagMsgSportOffset:]),
-				UID:    ne.Uint32(body[diagMsgUIDOffset:]),
-				Inode:  uint64(ne.Uint32(body[diagMsgInodeOffset:])),
-			}
-			src := body[diagMsgSrcOffset : diagMsgSrcOffset+16]
-			if family == IPv4 {
-				l4.Addr = netip.AddrFrom4([4]byte(src[:4]))
-			} else {
-				l4.Addr = netip.AddrFrom16([16]byte(src))
-			}
-			out = append(out, l4)
+		var done bool
+		if out, done, err = parseDiag(buf[:n], family, out); done || err != nil {
+			return out, err
 		}
 	}
+}
+
+// parseDiag appends the listeners of one sock_diag answer (a datagram of
+// netlink messages) to out; done says the dump ended with it.
+func parseDiag(msgs []byte, family Family, out []Listener) (_ []Listener, done bool, err error) {
+	ne := binary.NativeEndian
+	for len(msgs) >= sizeofNlMsghdr {
+		l := int(ne.Uint32(msgs[0:]))
+		typ := ne.Uint16(msgs[4:])
+		if l < sizeofNlMsghdr || l > len(msgs) {
+			return out, false, fmt.Errorf("sock_diag answer: a message of %d bytes in %d", l, len(msgs))
+		}
+		body := msgs[sizeofNlMsghdr:l]
+		msgs = msgs[min(nlmAlign(l), len(msgs)):]
+		switch typ {
+		case unix.NLMSG_DONE:
+			return out, true, nil
+		case unix.NLMSG_ERROR:
+			if len(body) >= 4 {
+				if errno := -int32(ne.Uint32(body)); errno != 0 {
+					return out, false, fmt.Errorf("sock_diag: %w", unix.Errno(errno))
+				}
+			}
+			continue
+		case unix.SOCK_DIAG_BY_FAMILY:
+		default:
+			continue
+		}
+		if len(body) < sizeofInetDiagMsg {
+			return out, false, fmt.Errorf("sock_diag answer: a socket of %d bytes, want %d", len(body), sizeofInetDiagMsg)
+		}
+		if len(out) >= maxListeners {
+			return out, false, errTooMany
+		}
+		l4 := Listener{
+			Family: family,
+			Port:   binary.BigEndian.Uint16(body[diagMsgSportOffset:]),
+			UID:    ne.Uint32(body[diagMsgUIDOffset:]),
+			Inode:  uint64(ne.Uint32(body[diagMsgInodeOffset:])),
+		}
+		src := body[diagMsgSrcOffset : diagMsgSrcOffset+16]
+		if family == IPv4 {
+			l4.Addr = netip.AddrFrom4([4]byte(src[:4]))
+		} else {
+			l4.Addr = netip.AddrFrom16([16]byte(src))
+		}
+		out = append(out, l4)
+	}
+	return out, false, nil
 }
 
 func nlmAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }

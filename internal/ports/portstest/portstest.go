@@ -30,8 +30,9 @@ import (
 // one end. Nothing is bound or forwarded in the machine's namespace; the
 // namespace and its interfaces go when the process does.
 const (
-	netnsEnv = "ENVD_PORTS_TEST_NETNS"
-	serveEnv = "ENVD_PORTS_TEST_SERVE" // the helper server's address
+	netnsEnv      = "ENVD_PORTS_TEST_NETNS"
+	netnsReadyEnv = "ENVD_PORTS_TEST_NETNS_READY" // set up already, by a parent
+	serveEnv      = "ENVD_PORTS_TEST_SERVE"       // the helper server's address
 )
 
 // The sandbox's external addresses in the test namespace.
@@ -57,11 +58,14 @@ func Main(m *testing.M) {
 	if os.Geteuid() == 0 && os.Getenv(netnsEnv) == "" {
 		os.Exit(inNetns())
 	}
-	if os.Getenv(netnsEnv) != "" {
+	if os.Getenv(netnsEnv) != "" && os.Getenv(netnsReadyEnv) == "" {
 		if err := setupNetns(); err != nil {
 			fmt.Fprintln(os.Stderr, "set up the test network namespace:", err)
 			os.Exit(1)
 		}
+		// Test binaries this one starts in it (go test -fuzz's workers)
+		// find it set up.
+		os.Setenv(netnsReadyEnv, "1")
 	}
 	goleak.VerifyTestMain(m)
 }
