@@ -106,3 +106,46 @@ def _envd_request_kernel_info(self):
 if hasattr(_envd_ZCH, "request_kernel_info") and not hasattr(_envd_ZCH, "_envd_orig_request_kernel_info"):
     _envd_ZCH._envd_orig_request_kernel_info = _envd_ZCH.request_kernel_info
     _envd_ZCH.request_kernel_info = _envd_request_kernel_info
+
+
+# A kernel's shutdown sends a shutdown_request on the kernel manager's
+# control socket, on the server's event loop, with a blocking send. A
+# DEALER left with no peer blocks there for good (the kernel died and its
+# control port now answers another ZeroMQ socket, or no handshake
+# succeeds): the server then answers nothing at all, every kernel with it,
+# until envd takes it for stuck and restarts it (seen in the soak: the
+# stack stopped in jupyter_client's _async_request_shutdown, send_multipart).
+# Here that send gives up after a second: the shutdown then goes on as for
+# a kernel that ignores the request (its process is killed after the
+# shutdown wait).
+import zmq as _envd_zmq
+from jupyter_client.manager import AsyncKernelManager as _envd_AKM
+from jupyter_client.manager import KernelManager as _envd_KM
+
+_ENVD_CONTROL_SEND_TIMEOUT_MS = 1000
+
+
+def _envd_connect_control_socket(self):
+    _envd_KM._envd_orig_connect_control_socket(self)
+    sock = getattr(self, "_control_socket", None)
+    if sock is not None:
+        sock.sndtimeo = _ENVD_CONTROL_SEND_TIMEOUT_MS
+
+
+async def _envd_request_shutdown(self, restart=False):
+    try:
+        await _envd_KM._envd_orig_request_shutdown(self, restart=restart)
+    except _envd_zmq.Again:
+        self.log.warning("envd: the shutdown request could not be sent to the kernel within %d ms; it will be killed",
+                         _ENVD_CONTROL_SEND_TIMEOUT_MS)
+
+
+if (hasattr(_envd_KM, "_connect_control_socket") and hasattr(_envd_KM, "_async_request_shutdown")
+        and not hasattr(_envd_KM, "_envd_orig_request_shutdown")):
+    _envd_KM._envd_orig_connect_control_socket = _envd_KM._connect_control_socket
+    _envd_KM._connect_control_socket = _envd_connect_control_socket
+    _envd_KM._envd_orig_request_shutdown = _envd_KM._async_request_shutdown
+    _envd_KM._async_request_shutdown = _envd_request_shutdown
+    # The server's kernels are AsyncKernelManagers, whose request_shutdown
+    # is the original function itself.
+    _envd_AKM.request_shutdown = _envd_request_shutdown

@@ -171,7 +171,9 @@ func (c *Client) Kernels(ctx context.Context) ([]KernelModel, error) {
 	c.starting.Lock()
 	defer c.starting.Unlock()
 	var ms []KernelModel
-	if err := c.do(ctx, "list kernels", http.MethodGet, "/api/kernels", nil, http.StatusOK, &ms); err != nil {
+	// jupyter_server 1.23 answers 500 (AttributeError: no last_activity)
+	// when a kernel it is starting is listed before its first activity.
+	if err := c.doRetrying(ctx, "list kernels", http.MethodGet, "/api/kernels", http.StatusOK, &ms); err != nil {
 		return nil, err
 	}
 	return ms, nil
@@ -193,22 +195,35 @@ func (c *Client) Kernel(ctx context.Context, id string) (*KernelModel, error) {
 // A kernel the server is restarting (its auto-restart after the kernel
 // died) cannot be shut down until the new process is up: jupyter_server
 // 1.23 answers 500 (InvalidStateError, its "ready" future still pending)
-// for a second or two. A 5xx is tried again, for at most deleteRetryFor.
+// for a second or two; see doRetrying.
 func (c *Client) DeleteKernel(ctx context.Context, id string) error {
+	if err := c.doRetrying(ctx, "delete kernel", http.MethodDelete, kernelPath(id), http.StatusNoContent, nil); err != nil {
+		return err
+	}
+	c.conns.deleted(id)
+	return nil
+}
+
+// retryFor bounds how long doRetrying tries again after the server's 5xx:
+// what it waits out (a kernel's restart, its start) takes seconds on a
+// loaded machine.
+const retryFor = 30 * time.Second
+
+// doRetrying is do for a request without a body that jupyter_server
+// answers 5xx while a kernel is between states (its races, not a
+// failure of the request): tried again with backoff, for at most
+// retryFor, until ctx ends.
+func (c *Client) doRetrying(ctx context.Context, op, method, path string, want int, out any) error {
 	wait := 50 * time.Millisecond
 	var until time.Time
 	for {
-		err := c.do(ctx, "delete kernel", http.MethodDelete, kernelPath(id), nil, http.StatusNoContent, nil)
+		err := c.do(ctx, op, method, path, nil, want, out)
 		var herr *HTTPError
 		if !errors.As(err, &herr) || herr.Status < 500 {
-			if err != nil {
-				return err
-			}
-			c.conns.deleted(id)
-			return nil
+			return err
 		}
 		if until.IsZero() {
-			until = time.Now().Add(deleteRetryFor)
+			until = time.Now().Add(retryFor)
 		}
 		if time.Now().Add(wait).After(until) {
 			return err
@@ -223,11 +238,6 @@ func (c *Client) DeleteKernel(ctx context.Context, id string) error {
 		wait = min(2*wait, time.Second)
 	}
 }
-
-// deleteRetryFor bounds how long DeleteKernel tries again after the
-// server's 5xx: a restart takes the kernel's start (seconds on a loaded
-// machine).
-const deleteRetryFor = 30 * time.Second
 
 // InterruptKernel sends the kernel SIGINT (or an interrupt_request,
 // depending on its spec). Effects vary by kernel: ipykernel raises
