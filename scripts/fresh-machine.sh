@@ -75,12 +75,16 @@ if [[ ${FRESH_GO_CACHES:-1} != 1 ]]; then
 	mount --bind "$OUTER_GOCACHE" "$scratch/go-kept/cache"
 	mount --bind "$OUTER_GOMODCACHE" "$scratch/go-kept/mod"
 fi
+root_mode=$(stat -c %a /root)
 fresh_dir /root
 cp -a /etc/skel/. /root/ 2>/dev/null || true
+chmod "$root_mode" /root # cp -a gave it skel's mode
 tar -C /root -xf "$scratch/root-config.tar"
 if home=$(getent passwd "$user" | cut -d: -f6) && [[ -n $home && -d $home ]]; then
+	home_mode=$(stat -c %a "$home")
 	fresh_dir "$home" "$user"
 	cp -a /etc/skel/. "$home/" 2>/dev/null || true
+	chmod "$home_mode" "$home"
 	chown -R "$user:" "$home"
 fi
 mkdir -p "$scratch/tmp"
