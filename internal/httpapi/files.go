@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/envd-dev/envd/internal/auth"
 	"github.com/envd-dev/envd/internal/filesystem"
@@ -383,7 +384,7 @@ func (a *API) receive(u *identity.User, r *http.Request, signed bool) ([]written
 		if query == "" {
 			return nil, badRequest("path query parameter is required for a tar upload: the directory to unpack it in")
 		}
-		p, err := u.Resolve(query, a.o.Defaults.Workdir())
+		p, err := a.uploadTarget(u, query)
 		if err != nil {
 			return nil, err
 		}
@@ -395,7 +396,7 @@ func (a *API) receive(u *identity.User, r *http.Request, signed bool) ([]written
 		if query == "" {
 			return nil, badRequest("path query parameter is required for raw body upload")
 		}
-		p, err := u.Resolve(query, a.o.Defaults.Workdir())
+		p, err := a.uploadTarget(u, query)
 		if err != nil {
 			return nil, err
 		}
@@ -413,6 +414,17 @@ func (a *API) receive(u *identity.User, r *http.Request, signed bool) ([]written
 		return a.receiveParts(u, multipart.NewReader(bufio.NewReaderSize(body, 1024<<10), params["boundary"]), query, md)
 	}
 	return nil, badRequest("unsupported content type: %s, expected multipart/form-data or application/octet-stream", mt)
+}
+
+// uploadTarget resolves where an upload goes. The answer names the written
+// path in JSON, and every other route (Connect's strings) takes UTF-8 only,
+// so a name that is not UTF-8 is refused before anything is written: once
+// written, no client could name the file it got back.
+func (a *API) uploadTarget(u *identity.User, target string) (string, error) {
+	if !utf8.ValidString(target) {
+		return "", badRequest("the upload path %q is not valid UTF-8: name the file in UTF-8", target)
+	}
+	return u.Resolve(target, a.o.Defaults.Workdir())
 }
 
 // receiveParts writes each "file" part, in order. A part's target is the
@@ -443,7 +455,7 @@ func (a *API) receiveParts(u *identity.User, mr *multipart.Reader, query string,
 		if target == "" {
 			return nil, badRequest("part %d has no filename: name the file in the part's filename, or give the path query parameter", n)
 		}
-		p, err := u.Resolve(target, a.o.Defaults.Workdir())
+		p, err := a.uploadTarget(u, target)
 		if err != nil {
 			return nil, err
 		}

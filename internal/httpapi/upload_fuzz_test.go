@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -183,6 +184,8 @@ func FuzzUpload(f *testing.F) {
 		{"text/plain", "%D/x", false, []byte("unsupported")},
 		{"", "%D/x", false, nil},
 		{"application/json; =", "%D/x", false, nil},
+		{"application/octet-stream", "%D/\xe5", false, []byte("not UTF-8")},
+		{ct, "", false, multipartSeed(b, [3]string{`form-data; name="file"; filename="%D/ok"`, "1", ""}, [3]string{"form-data; name=\"file\"; filename=\"%D/\xff\"", "2", ""})},
 	} {
 		f.Add(s.ct, s.query, s.gz, s.body)
 	}
@@ -228,6 +231,9 @@ func FuzzUpload(f *testing.F) {
 		}
 		if res.Code != http.StatusOK {
 			return
+		}
+		if !utf8.ValidString(query) || slices.ContainsFunc(parts, func(p filePart) bool { return !utf8.ValidString(p.target) }) {
+			t.Fatalf("a path that is not UTF-8 was accepted: %s", res.Body)
 		}
 		var written []struct{ Name, Path, Type string }
 		if err := json.Unmarshal(res.Body.Bytes(), &written); err != nil || len(written) == 0 {
