@@ -41,6 +41,7 @@ func TestKernelChannels(t *testing.T) {
 	if slices.Contains(ports, uint16(user)) {
 		t.Errorf("the user's listener %d counted among the kernel's channels %v", user, ports)
 	}
+	outsideEphemeral(t, ports)
 	if got := shared.sup.KernelChannels(os.Getpid()); got != nil {
 		t.Errorf("KernelChannels(the test) = %v", got)
 	}
@@ -61,5 +62,30 @@ func TestKernelChannels(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
 	if got := shared.sup.KernelChannels(child); got != nil {
 		t.Errorf("KernelChannels(a process naming a file outside the runtime directory) = %v", got)
+	}
+}
+
+// outsideEphemeral fails t unless every port is outside the system's
+// ephemeral range, where no connect() or bind to port 0 can take a
+// kernel's port while it starts or restarts (kernel_ports.py).
+func outsideEphemeral(t *testing.T, ports []uint16) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lo, hi uint16
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		t.Fatalf("ip_local_port_range %q: %v", b, err)
+	}
+	if lo < 20000+4096 && hi > 65535-4096 {
+		t.Logf("ephemeral range %d-%d leaves no room outside it: ports not checked", lo, hi)
+		return
+	}
+	t.Logf("kernel ports %v, ephemeral range %d-%d", ports, lo, hi)
+	for _, p := range ports {
+		if p >= lo && p <= hi {
+			t.Errorf("kernel port %d is in the ephemeral range %d-%d", p, lo, hi)
+		}
 	}
 }

@@ -55,23 +55,15 @@ def _envd_early_kernel():
     if provisioner.get("provisioner_name", "local-provisioner") != "local-provisioner":
         return None
 
-    import socket
     import string
     import subprocess
     import uuid
 
-    # Five distinct free ports, as jupyter_client picks them.
-    socks = []
-    try:
-        for _ in range(5):
-            s = socket.socket()
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\0" * 8)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        ports = [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    # Five distinct free ports, as the server picks them (kernel_ports.py,
+    # written ahead of this file).
+    ports = []
+    for _ in range(5):
+        ports.append(_envd_pick_port("127.0.0.1", set(ports)))
     info = {
         "shell_port": ports[0],
         "iopub_port": ports[1],

@@ -17,6 +17,18 @@ import threading as _envd_threading_ek
 from jupyter_client.connect import LocalPortCache as _envd_LocalPortCache
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner as _envd_LocalProvisioner
 
+# Every kernel's ports come from outside the ephemeral range
+# (kernel_ports.py, written ahead of this file).
+def _envd_find_available_port(self, ip):
+    port = _envd_pick_port(ip, self.currently_used_ports)
+    self.currently_used_ports.add(port)
+    return port
+
+
+if not hasattr(_envd_LocalPortCache, "_envd_orig_find_available_port"):
+    _envd_LocalPortCache._envd_orig_find_available_port = _envd_LocalPortCache.find_available_port
+    _envd_LocalPortCache.find_available_port = _envd_find_available_port
+
 _envd_port_keys = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 

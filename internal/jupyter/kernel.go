@@ -732,9 +732,9 @@ func (k *Kernel) dispatch(conn *websocket.Conn, m *Message) {
 						exit = exitStatus(*ex.Status)
 					}
 					if exit != nil {
-						k.log.Info("kernel died and is restarting", "exit", exit.String())
+						k.log.Warn("kernel died and is restarting", "exit", exit.String())
 					} else {
-						k.log.Info("kernel died and is restarting")
+						k.log.Warn("kernel died and is restarting")
 					}
 					k.restarted(exit)
 					return

@@ -54,6 +54,14 @@ var earlyBootPy []byte
 //go:embed early_kernel.py
 var earlyKernelPy []byte
 
+// kernelPortsPy picks kernels' ports outside the system's ephemeral range,
+// where no connect() or bind to port 0 takes them between the pick and the
+// kernel's bind (or its restart's). Written ahead of earlyBootPy and
+// earlyKernelPy, which use it.
+//
+//go:embed kernel_ports.py
+var kernelPortsPy []byte
+
 // Names of the early kernel's files in the config directory.
 const (
 	earlyBootFile    = "envd_jupyter_server.py"
@@ -223,11 +231,13 @@ func (s *Supervisor) writeConfig(token string) error {
 		py = append(py, serverConfigPy...)
 	}
 	py = append(py, kernelExitPy...)
+	py = append(py, kernelPortsPy...)
 	py = append(py, earlyKernelPy...)
 	if err := writeFileAt(cfg, "jupyter_server_config.py", py, 0o644, -1); err != nil {
 		return err
 	}
-	if err := writeFileAt(cfg, earlyBootFile, earlyBootPy, 0o644, -1); err != nil {
+	boot := append(append([]byte{}, kernelPortsPy...), earlyBootPy...)
+	if err := writeFileAt(cfg, earlyBootFile, boot, 0o644, -1); err != nil {
 		return err
 	}
 	if err := s.writeEarlyRequest(); err != nil {
