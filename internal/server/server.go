@@ -21,6 +21,8 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/envd-dev/envd/internal/auth"
 )
 
@@ -157,13 +159,25 @@ func TokenError(given bool) string {
 	return msgTokenMissing
 }
 
-// requireToken answers 401 to a request for a non-public route that lacks
-// the access token, once one is set.
+// requireToken refuses a request for a non-public route that lacks the
+// access token, once one is set: 401 with the HTTP API's error body, or, on
+// a Connect service's route, the unauthenticated error in the protocol the
+// client speaks (Connect's JSON error for a unary call, its end-of-stream
+// message for a stream, gRPC's status): each client then shows envd's
+// reason, not a bare "HTTP 401".
 func requireToken(next http.Handler, mux *http.ServeMux, public map[string]bool, token *auth.Token) http.Handler {
+	ew := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if token.IsSet() {
 			if _, pattern := mux.Handler(r); !public[pattern] && !token.Match(r.Header.Get("X-Access-Token")) {
-				WriteError(w, http.StatusUnauthorized, TokenError(r.Header.Get("X-Access-Token") != ""))
+				msg := TokenError(r.Header.Get("X-Access-Token") != "")
+				if isConnectService(pattern) && ew.IsSupported(r) {
+					// The error only says whether the answer was written;
+					// the client is gone if it was not.
+					_ = ew.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errors.New(msg)))
+					return
+				}
+				WriteError(w, http.StatusUnauthorized, msg)
 				return
 			}
 		}

@@ -438,8 +438,9 @@ func TestAccessToken(t *testing.T) {
 		{name: "unary with wrong token", method: "POST", path: listPath, hdr: with(unaryJSON, "X-Access-Token", "x"), body: []byte(`{}`), wantStatus: 401, wantBody: wrongTokenMsg},
 		{name: "unary with empty token", method: "POST", path: listPath, hdr: with(unaryJSON, "X-Access-Token", ""), body: []byte(`{}`), wantStatus: 401, wantBody: unauthorizedMsg},
 		{name: "unary with token", method: "POST", path: listPath, hdr: with(unaryJSON, "X-Access-Token", "secret"), body: []byte(`{}`), wantStatus: 200, wantBody: `"cmd":"root"`},
-		{name: "stream without token", method: "POST", path: startPath, hdr: streamJSON, body: startBody, wantStatus: 401, wantBody: unauthorizedMsg},
-		{name: "stream with wrong token", method: "POST", path: startPath, hdr: with(streamJSON, "X-Access-Token", "nope"), body: startBody, wantStatus: 401, wantBody: wrongTokenMsg},
+		// A stream's error is its end-of-stream message, after a 200.
+		{name: "stream without token", method: "POST", path: startPath, hdr: streamJSON, body: startBody, wantStatus: 200, wantBody: unauthorizedMsg},
+		{name: "stream with wrong token", method: "POST", path: startPath, hdr: with(streamJSON, "X-Access-Token", "nope"), body: startBody, wantStatus: 200, wantBody: wrongTokenMsg},
 		{name: "stream with token", method: "POST", path: startPath, hdr: with(streamJSON, "X-Access-Token", "secret"), body: startBody, wantStatus: 200},
 		// An unknown path matches no public route: with a token set it is
 		// refused before the mux can say 404, as upstream's middleware does.
@@ -456,19 +457,43 @@ func TestAccessToken(t *testing.T) {
 			if !strings.Contains(string(body), tt.wantBody) {
 				t.Errorf("body %q, want it to contain %q", body, tt.wantBody)
 			}
-			if resp.StatusCode != 401 {
+			if tt.wantBody != unauthorizedMsg && tt.wantBody != wrongTokenMsg {
 				return
 			}
-			// The HTTP API's shape, on Connect routes too, as upstream's.
-			if ct := resp.Header.Get("Content-Type"); ct != "application/json; charset=utf-8" {
-				t.Errorf("Content-Type %q", ct)
-			}
-			var e struct {
-				Code    int    `json:"code"`
-				Message string `json:"message"`
-			}
-			if err := json.Unmarshal(body, &e); err != nil || e.Code != 401 || e.Message != tt.wantBody {
-				t.Errorf("body %q = %+v, %v; want {code:401, message:%q}", body, e, err, tt.wantBody)
+			// A Connect route answers in Connect's shape, which every
+			// Connect client shows (upstream's HTTP API shape there
+			// leaves them a bare "HTTP 401"); others in the HTTP API's.
+			switch {
+			case tt.path == startPath:
+				// An end-of-stream frame: flags 2, length, then the error.
+				if ct := resp.Header.Get("Content-Type"); ct != "application/connect+json" {
+					t.Errorf("Content-Type %q", ct)
+				}
+				var e struct {
+					Error struct{ Code, Message string }
+				}
+				if len(body) < 5 || body[0] != 2 || json.Unmarshal(body[5:], &e) != nil || e.Error.Code != "unauthenticated" || e.Error.Message != tt.wantBody {
+					t.Errorf("body %q: want an end-of-stream unauthenticated error %q", body, tt.wantBody)
+				}
+			case tt.path == listPath:
+				if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+					t.Errorf("Content-Type %q", ct)
+				}
+				var e struct{ Code, Message string }
+				if err := json.Unmarshal(body, &e); err != nil || e.Code != "unauthenticated" || e.Message != tt.wantBody {
+					t.Errorf("body %q = %+v, %v; want {code:unauthenticated, message:%q}", body, e, err, tt.wantBody)
+				}
+			default:
+				if ct := resp.Header.Get("Content-Type"); ct != "application/json; charset=utf-8" {
+					t.Errorf("Content-Type %q", ct)
+				}
+				var e struct {
+					Code    int    `json:"code"`
+					Message string `json:"message"`
+				}
+				if err := json.Unmarshal(body, &e); err != nil || e.Code != 401 || e.Message != tt.wantBody {
+					t.Errorf("body %q = %+v, %v; want {code:401, message:%q}", body, e, err, tt.wantBody)
+				}
 			}
 		})
 	}
@@ -489,8 +514,8 @@ func TestAccessTokenConnectClient(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
 			_, err := c.List(ctx, connect.NewRequest(&pb.ListRequest{}))
-			if connect.CodeOf(err) != connect.CodeUnauthenticated {
-				t.Errorf("List without token: %v, want unauthenticated", err)
+			if connect.CodeOf(err) != connect.CodeUnauthenticated || !strings.Contains(err.Error(), unauthorizedMsg) {
+				t.Errorf("List without token: %v, want unauthenticated: %s", err, unauthorizedMsg)
 			}
 			stream, err := c.Start(ctx, connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/true"}}))
 			if err == nil {
@@ -500,8 +525,8 @@ func TestAccessTokenConnectClient(t *testing.T) {
 				err = stream.Err()
 				stream.Close()
 			}
-			if connect.CodeOf(err) != connect.CodeUnauthenticated {
-				t.Errorf("Start without token: %v, want unauthenticated", err)
+			if connect.CodeOf(err) != connect.CodeUnauthenticated || !strings.Contains(err.Error(), unauthorizedMsg) {
+				t.Errorf("Start without token: %v, want unauthenticated: %s", err, unauthorizedMsg)
 			}
 			req := connect.NewRequest(&pb.ListRequest{})
 			req.Header().Set("X-Access-Token", "secret")
