@@ -9,8 +9,8 @@
 # ENVD_VSOCK_PORT (also serve on AF_VSOCK), ENVD_UNIX_SOCKET, ENVD_ACCESS_TOKEN,
 # ENVD_DEFAULT_USER, ENVD_STRICT_USERS (each request gets exactly its user's
 # rights; kernels run as the default user), ENVD_NO_JUPYTER, ENVD_LOG_FORMAT,
-# ENVD_LOG_LEVEL. Where code installs packages (README, "Installing packages
-# from code"): ENVD_PYTHON_VENV (default /opt/envd-python, the virtual
+# ENVD_LOG_LEVEL. Where code installs packages (docs/packages.md, "Installing
+# packages from code"): ENVD_PYTHON_VENV (default /opt/envd-python, the virtual
 # environment kernels and commands share: envd puts its bin first on their
 # PATH) and ENVD_R_LIBRARY (default /usr/local/lib/R/site-library); set one
 # empty to turn it off.

@@ -29,7 +29,7 @@ export ENVD_BIN=$PWD/bin/envd
 export BENCH_RUNS=${BENCH_RUNS:-200}
 export BENCH_CODE_RUNS=${BENCH_CODE_RUNS:-$BENCH_RUNS}
 
-# key, label, goal (the ratio's upper bound; - for none), in the issue's order.
+# key, label, goal (the ratio's upper bound; - for none), in the table's order.
 rows="$(
 	cat <<'EOF'
 cmd|commands.run('true') through the SDK, median|1.15

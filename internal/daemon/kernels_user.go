@@ -17,8 +17,8 @@ import (
 	"github.com/envd-dev/envd/internal/reaper"
 )
 
-// Who Jupyter and its kernels run as (README, "Who is trusted, and with
-// what"). A Python kernel runs the shared virtual environment's python,
+// Who Jupyter and its kernels run as (docs/security.md, "Who the kernels
+// run as"). A Python kernel runs the shared virtual environment's python,
 // which runs every .pth file in its site-packages, and an R kernel loads
 // its packages from the shared R library: whoever can write those runs
 // code as the kernels' account at their next start (the warm pool starts

@@ -10,8 +10,8 @@ import (
 )
 
 // Where code installs packages. scripts/install-deps.sh creates both and
-// gives them to the sandbox account (see the README, "Installing packages
-// from code"); envd only points kernels and commands at them.
+// gives them to the sandbox account (see docs/packages.md, "Installing
+// packages from code"); envd only points kernels and commands at them.
 const (
 	// PythonVenv is the Python virtual environment that kernels and
 	// commands share: built from Debian's /usr/bin/python3 with

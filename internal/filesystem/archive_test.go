@@ -44,7 +44,7 @@ func tarOf(t *testing.T, entries ...string) []byte {
 	return b.Bytes()
 }
 
-// escapeDirs are the directories of the issue's archive: six deep.
+// escapeDirs are the directories of the escaping archive: six deep.
 var escapeDirs = []string{"a/", "a/b/", "a/b/c/", "a/b/c/d/", "a/b/c/d/e/", "a/b/c/d/e/f/"}
 
 // TestExtractTarLinkEscapes: links that lexically stay in the directory but,
@@ -60,7 +60,7 @@ func TestExtractTarLinkEscapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The issue's archive: L goes up to the top, and esc goes through L
+	// The escaping archive: L goes up to the top, and esc goes through L
 	// and up again, to /etc.
 	issue := append(append([]string{}, escapeDirs...),
 		"a/b/c/d/e/f/L -> ../../../../../..",

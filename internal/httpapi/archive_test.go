@@ -219,7 +219,7 @@ func lookupUID(t *testing.T, name string) uint32 {
 	return uint32(n)
 }
 
-// The archive: L climbs to the top of the directory (lexically
+// An escaping archive: L climbs to the top of the directory (lexically
 // inside), and esc climbs through L to /etc (lexically inside too). It is
 // refused with a message, and nothing is unpacked or reachable outside.
 func TestTarLinkEscape(t *testing.T) {

@@ -6,8 +6,8 @@
 // the answer while both files stay as they were (lookup.go), so accounts
 // created or changed after envd started are seen at once.
 //
-// Two ways to act as a user, for the two modes of envd (see the README's
-// "Who is trusted, and with what"). [User.Do] switches one thread's
+// Two ways to act as a user, for the two modes of envd (see
+// docs/security.md, "What each mode allows"). [User.Do] switches one thread's
 // filesystem ids: the kernel checks paths as the user and new files are the
 // user's, while the thread keeps root's other capabilities; it suits writes
 // made on behalf of an API caller, who may act as anyone anyway.

@@ -24,9 +24,9 @@ func (quietLogger) Logf(string, ...any) {}
 
 // TestFlowLateReaderAfterQuiet: after a second of quiet, a reader that
 // comes 5 ms late into a 128 KiB burst of kernel output through a 64 KiB
-// event log loses nothing (issue 8 item 11: it lost 64 KiB when the grace
-// counted from its last read rather than from when the runner first waited
-// for it).
+// event log loses nothing (it once lost 64 KiB when the grace counted
+// from its last read rather than from when the runner first waited for
+// it).
 func TestFlowLateReaderAfterQuiet(t *testing.T) {
 	t.Parallel()
 	const (

@@ -101,7 +101,7 @@ func requireOwner(t *testing.T, name string, uid, gid uint32, mode os.FileMode) 
 	}
 }
 
-// The hole of issue 9: the config dir was the kernels' user's, and envd,
+// A hole once open: the config dir was the kernels' user's, and envd,
 // restarting a server the kernel had killed, wrote and chowned whatever a
 // link planted at the config's temp name pointed to. Now the user cannot
 // plant anything there, and a link planted there anyway (by root, here) is

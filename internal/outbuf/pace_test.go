@@ -105,7 +105,7 @@ func drainNow(t *testing.T, r *outbuf.Reader) (got int64) {
 	}
 }
 
-// TestPacedLateReaderAfterQuiet is the drift of issue 8 item 11: after a
+// TestPacedLateReaderAfterQuiet is the drift of a late follower: after a
 // second of quiet, a follower that comes 5 ms late into a 128 KiB burst
 // through a 64 KiB log loses nothing. The grace counts from when the writer
 // first waits for it, not from its last read (which was a second ago, as

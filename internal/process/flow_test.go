@@ -33,7 +33,7 @@ func paceContext(t *testing.T) context.Context {
 
 // TestFlowLateReaderAfterQuiet: after a second of quiet, a follower that
 // comes 5 ms late into a 128 KiB burst through a 64 KiB log loses nothing
-// (issue 8 item 11, for process output).
+// (the paced log's late follower, for process output).
 func TestFlowLateReaderAfterQuiet(t *testing.T) {
 	t.Parallel()
 	const logSize, burst = 64 << 10, 128 << 10

@@ -1,6 +1,6 @@
 // Files through the unmodified e2b SDK (debug mode) against our envd.
-// Checks 20-34 of docs/wire.md ("Compatibility checks"), plus the files
-// API of the issue: write (text, bytes, blob, stream, many files), read in
+// Checks 20-34 of docs/wire.md ("Compatibility checks"), plus the rest of
+// the SDK's files API: write (text, bytes, blob, stream, many files), read in
 // every format, list with depth, exists, getInfo, makeDir, rename, remove,
 // watchDir with and without recursion, metadata, and downloadUrl/uploadUrl
 // fetched with plain curl. The default user is `user` (home /home/user).

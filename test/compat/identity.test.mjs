@@ -1,5 +1,5 @@
 // Who acts, through the unmodified SDKs: the behaviours of upstream's own
-// suites that depend on envd's users (issue 9), in both modes.
+// suites that depend on envd's users, in both modes.
 //
 // Default mode (upstream's behaviour): writing /0/file.txt as the default
 // user creates /0 for that user, and both belong to it; Jupyter's kernels run

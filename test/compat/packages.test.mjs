@@ -1,4 +1,4 @@
-// Installing packages from code (issue 10, item 4), through the unmodified
+// Installing packages from code, through the unmodified
 // SDKs, in both modes (in strict mode the kernels run as `user`).
 //
 // 1. The sandbox's own environment, as scripts/install-deps.sh made it:

@@ -14,8 +14,8 @@ import (
 	"github.com/envd-dev/envd/client"
 )
 
-// TestKernelCannotTurnJupyterRestartsAgainstRoot is issue 9's exploit,
-// through the real binary in both modes: kernel code plants the Jupyter
+// TestKernelCannotTurnJupyterRestartsAgainstRoot is an attack on root
+// through the real binary, in both modes: kernel code plants the Jupyter
 // config's temp names as links to a root file and into a root directory,
 // then kills its Jupyter server. envd restarts the server and rewrites its
 // config, and must not write through the links: the root file keeps its

@@ -16,8 +16,8 @@ import (
 	"github.com/envd-dev/envd/internal/identity"
 )
 
-// Who Jupyter and its kernels run as in the default mode (README, "Who is
-// trusted, and with what"): root, as upstream's, when the default user is
+// Who Jupyter and its kernels run as in the default mode (docs/security.md,
+// "Who the kernels run as"): root, as upstream's, when the default user is
 // root or may become root through sudo without a password; else the
 // default user, so that what it plants in the shared package environment
 // (a .pth file runs at every Python start) never runs as root. The
