@@ -169,6 +169,9 @@ func run(ho *handover.Pending) error {
 	default:
 		return fmt.Errorf("%s%q: want text or json", from("log-format"), *logFormat)
 	}
+	// Whatever logs through slog's default (or the log package) is in
+	// the same format, at the same level.
+	slog.SetDefault(cfg.Logger)
 	if *check {
 		fmt.Println(handover.CheckLine(daemon.Version))
 		return nil

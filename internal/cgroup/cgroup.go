@@ -201,7 +201,7 @@ func New(o Options) (*Manager, error) {
 		if h, err := mounts.hierV1("memory", own); err == nil {
 			m.memory = h
 		} else {
-			m.log.Warn("cgroup v1 memory hierarchy unusable: no OOM ends or memory peaks", "err", err)
+			m.log.Warn("cgroup v1 memory hierarchy unusable: no OOM ends or memory peaks", "error", err)
 		}
 	default:
 		return nil, fmt.Errorf("cgroup version %d: want 1 or 2", v)
@@ -448,7 +448,7 @@ func (m *Manager) lockTree() {
 	dir := m.dirs("")[0]
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		m.log.Warn("cannot open envd's cgroup tree to lock it", "dir", dir, "err", err)
+		m.log.Warn("cannot open envd's cgroup tree to lock it", "dir", dir, "error", err)
 		m.owner = true
 		return
 	}
@@ -460,7 +460,7 @@ func (m *Manager) lockTree() {
 		m.log.Warn("another running envd uses this cgroup tree: this one uses it too, and leaves it in place when it stops (give each envd its own -cgroup-tree)", "dir", dir)
 	default:
 		unix.Close(fd)
-		m.log.Warn("cannot lock envd's cgroup tree", "dir", dir, "err", err)
+		m.log.Warn("cannot lock envd's cgroup tree", "dir", dir, "error", err)
 		m.owner = true
 	}
 }

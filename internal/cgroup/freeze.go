@@ -132,7 +132,7 @@ func (m *Manager) Freeze(ctx context.Context, o FreezeOptions) (FreezeResult, er
 		case !covered:
 			if err := m.freezeOne(n.dir); err != nil {
 				res.Failed++
-				m.log.Warn("cannot freeze a cgroup", "cgroup", n.dir, "err", err)
+				m.log.Warn("cannot freeze a cgroup", "cgroup", n.dir, "error", err)
 				break
 			}
 			res.Requested++

@@ -158,7 +158,7 @@ func (s *spares) refill(parent *Group) {
 					g.Remove()
 				}
 				if err != nil && !errors.Is(err, os.ErrNotExist) {
-					parent.m.log.Debug("cannot make a spare cgroup", "parent", parent.rel, "err", err)
+					parent.m.log.Debug("cannot make a spare cgroup", "parent", parent.rel, "error", err)
 				}
 				return
 			}

@@ -88,7 +88,7 @@ func (g *Group) startV1(start func() error) error {
 	for i := range hs {
 		if err := writeFD(g.taskFile(i), filepath.Join(dirs[i], "tasks"), self); err != nil {
 			if berr := back(); berr != nil {
-				m.log.Error("envd's thread is stuck in a workload cgroup: it ends with its goroutine", "err", berr)
+				m.log.Error("envd's thread is stuck in a workload cgroup: it ends with its goroutine", "error", berr)
 				return fmt.Errorf("%w: cgroup %s: %w", ErrJoin, dirs[i], err)
 			}
 			runtime.UnlockOSThread()
@@ -98,7 +98,7 @@ func (g *Group) startV1(start func() error) error {
 	}
 	err := start()
 	if berr := back(); berr != nil {
-		m.log.Error("envd's thread is stuck in a workload cgroup: it ends with its goroutine", "err", berr)
+		m.log.Error("envd's thread is stuck in a workload cgroup: it ends with its goroutine", "error", berr)
 		return err
 	}
 	runtime.UnlockOSThread()

@@ -28,7 +28,7 @@ func checkCgroupMode(mode string) error {
 // OOM ends).
 func newCgroups(cfg Config, log *slog.Logger) *cgroup.Manager {
 	if err := cgroup.SetOOMScoreAdj(0, cgroup.OOMScoreEnvd); err != nil {
-		log.Warn("cannot make envd the OOM killer's last pick", "err", err)
+		log.Warn("cannot make envd the OOM killer's last pick", "error", err)
 	}
 	if cfg.Cgroups == "off" {
 		log.Info("cgroups off (-cgroups off or -no-cgroups): processes are not placed, /freeze and /unfreeze answer 501")
@@ -37,9 +37,9 @@ func newCgroups(cfg Config, log *slog.Logger) *cgroup.Manager {
 	cg, err := cgroup.New(cgroup.Options{Logger: log, Root: cfg.CgroupTree, FSRoot: cfg.CgroupFSRoot, Version: cgroupModes[cfg.Cgroups]})
 	if err != nil {
 		if errors.Is(err, cgroup.ErrUnavailable) {
-			log.Warn("cgroups unavailable: processes run without them, /freeze and /unfreeze answer 501", "err", err)
+			log.Warn("cgroups unavailable: processes run without them, /freeze and /unfreeze answer 501", "error", err)
 		} else {
-			log.Warn("cannot make envd's cgroups: processes run without them", "err", err)
+			log.Warn("cannot make envd's cgroups: processes run without them", "error", err)
 		}
 		return nil
 	}
@@ -59,7 +59,7 @@ func jupyterPlace(cg *cgroup.Manager, log *slog.Logger) func(*exec.Cmd, func() e
 		}
 		if err == nil {
 			if serr := cgroup.SetOOMScoreAdj(cmd.Process.Pid, cgroup.OOMScoreJupyter); serr != nil {
-				log.Debug("cannot set Jupyter's oom_score_adj", "err", serr)
+				log.Debug("cannot set Jupyter's oom_score_adj", "error", serr)
 			}
 		}
 		return err

@@ -147,7 +147,7 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults, place fu
 	// The startup files stay envd's; only the IPython profile is the
 	// kernels' user's (IPython ignores a profile it cannot write to, and
 	// with it our startup files). See startup.Options.Owner.
-	stOpts := startup.Options{PythonVenv: pkgs.PythonVenv}
+	stOpts := startup.Options{PythonVenv: pkgs.PythonVenv, Logger: log}
 	if runAs != nil {
 		stOpts.Owner = &startup.Owner{UID: runAs.UID, GID: runAs.GID}
 	}
@@ -235,7 +235,8 @@ func (c *codeExec) listenCodePort(cfg Config, log *slog.Logger, token *auth.Toke
 		// The SDKs call the context routes without the token (a secured
 		// sandbox's createCodeContext would get 401): on this port they
 		// need none, as upstream's. /execute, which runs code, does; so
-		// does everything in strict mode. See the README.
+		// does everything in strict mode. See docs/security.md, "The code
+		// port's token".
 		for i := range routes {
 			if codehttp.SDKSendsNoToken(routes[i].Pattern) {
 				routes[i].Public = true

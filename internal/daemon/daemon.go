@@ -256,7 +256,7 @@ func newParts(cfg Config, user string) (*parts, error) {
 	defs := defaults.New(user, map[string]string{"E2B_SANDBOX": strconv.FormatBool(!cfg.NotFirecracker)})
 	p := &parts{cfg: cfg, log: log, token: &auth.Token{}, defs: defs}
 	if err := newRunDir(cfg.RunDir).write(runFileSandbox, strconv.FormatBool(!cfg.NotFirecracker)); err != nil {
-		log.Warn("cannot write the run directory's sandbox file", "err", err)
+		log.Warn("cannot write the run directory's sandbox file", "error", err)
 	}
 	p.upg = newUpgrader(p)
 	var err error

@@ -59,7 +59,7 @@ func listenDebug(addr string, log *slog.Logger) (*debugServer, error) {
 	go func() {
 		defer close(d.done)
 		if err := d.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("debug server failed", "err", err)
+			log.Warn("debug server failed", "error", err)
 		}
 	}()
 	return d, nil

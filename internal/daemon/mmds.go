@@ -90,7 +90,7 @@ func (b *bootMetadata) poll() {
 		defer cancel()
 		md, err := b.client.Poll(ctx, mmds.DefaultBackoff, func(attempt int, err error) {
 			if attempt == 1 {
-				b.log.Debug("no boot metadata from the MMDS yet; polling", "url", b.client.URL(), "err", err)
+				b.log.Debug("no boot metadata from the MMDS yet; polling", "url", b.client.URL(), "error", err)
 			}
 		})
 		b.mu.Lock()
@@ -98,7 +98,7 @@ func (b *bootMetadata) poll() {
 		b.mu.Unlock()
 		if err != nil {
 			if b.ctx.Err() == nil {
-				b.log.Info("no boot metadata from the MMDS; not a Firecracker guest, or its host publishes none", "url", b.client.URL(), "err", err)
+				b.log.Info("no boot metadata from the MMDS; not a Firecracker guest, or its host publishes none", "url", b.client.URL(), "error", err)
 			}
 			return
 		}
@@ -127,7 +127,7 @@ func (b *bootMetadata) apply(md mmds.Metadata) {
 	}
 	for name, v := range map[string]string{runFileSandboxID: md.SandboxID, runFileTemplateID: md.TemplateID} {
 		if err := b.run.write(name, v); err != nil {
-			b.log.Warn("cannot write the sandbox's ids for code in the sandbox", "err", err)
+			b.log.Warn("cannot write the sandbox's ids for code in the sandbox", "error", err)
 		}
 	}
 	b.log.Info("boot metadata from the MMDS", "logs_address", md.LogsAddress, "access_token_hash", md.AccessTokenHash != "")
@@ -151,7 +151,7 @@ func (b *bootMetadata) AccessTokenHash(ctx context.Context) (string, bool) {
 	if err == nil && md.Ready() {
 		b.apply(md)
 	} else if err != nil {
-		b.log.Warn("cannot read the MMDS again for /init; checking the token against the hash read before", "err", err)
+		b.log.Warn("cannot read the MMDS again for /init; checking the token against the hash read before", "error", err)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

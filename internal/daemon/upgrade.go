@@ -213,7 +213,7 @@ func (u *upgrader) post(w http.ResponseWriter, r *http.Request) {
 func (u *upgrader) fromSignal() {
 	path, err := os.Executable()
 	if err != nil {
-		u.p.log.Error("SIGUSR2: cannot find envd's own path; no upgrade", "err", err)
+		u.p.log.Error("SIGUSR2: cannot find envd's own path; no upgrade", "error", err)
 		return
 	}
 	if !u.busy.TryLock() {
@@ -226,7 +226,7 @@ func (u *upgrader) fromSignal() {
 	if err != nil {
 		u.busy.Unlock()
 		u.setLast(upgradeStatus{Via: "SIGUSR2", Path: path, From: Version, Result: "refused", Error: err.Error()})
-		u.p.log.Error("SIGUSR2: upgrade refused; envd serves on unchanged", "path", path, "err", err)
+		u.p.log.Error("SIGUSR2: upgrade refused; envd serves on unchanged", "path", path, "error", err)
 		return
 	}
 	req.via = "SIGUSR2"
@@ -286,7 +286,7 @@ func (p *parts) handOver(s *serving, req upgradeReq) error {
 	reaper.Pause()
 	parkCtx, cancel := context.WithTimeout(context.Background(), upgradeParkTimeout)
 	if err := p.procs.Park(parkCtx); err != nil {
-		log.Warn("handing over processes whose output did not stop: a chunk being read may be lost", "err", err)
+		log.Warn("handing over processes whose output did not stop: a chunk being read may be lost", "error", err)
 	}
 	cancel()
 	code.checkReaped(log)
@@ -315,7 +315,7 @@ func (p *parts) handOver(s *serving, req upgradeReq) error {
 	log.Info("exec'ing the new envd", "path", req.bin.Path, "processes", len(rec.GetProcesses()), "ended", len(rec.GetEnded()), "listeners", len(rec.GetListeners()))
 	err = handover.Exec(req.bin.FD(), os.Args, env)
 	// Still here: the exec failed. Exec this binary back, with the record.
-	log.Error("cannot exec the new envd: exec'ing this one back", "err", err)
+	log.Error("cannot exec the new envd: exec'ing this one back", "error", err)
 	env = append(env, handover.EnvRollback+"=exec "+req.bin.Path+": "+err.Error())
 	err2 := handover.Exec(exe, os.Args, env)
 	runtime.KeepAlive(files)
@@ -331,7 +331,7 @@ func (p *parts) record(s *serving) (rec *hpb.Handover, files []*os.File, fds []i
 	for _, l := range s.lns {
 		f, network, err := l.file()
 		if err != nil {
-			p.log.Warn("a listener is not handed over: the new envd listens anew", "addr", l.Addr().String(), "err", err)
+			p.log.Warn("a listener is not handed over: the new envd listens anew", "addr", l.Addr().String(), "error", err)
 			continue
 		}
 		files = append(files, f)
@@ -494,7 +494,7 @@ func (p *parts) adopt(ho *handover.Pending) (err error) {
 		jupyterExit = reaper.Adopt(int(s.GetPid()))
 	}
 	if err := reaper.Enable(p.log); err != nil {
-		p.log.Warn("cannot reap orphans", "err", err)
+		p.log.Warn("cannot reap orphans", "error", err)
 	}
 	adoption.Commit(exits)
 	if rec.GetJupyter() != nil {
@@ -510,7 +510,7 @@ func (p *parts) adopt(ho *handover.Pending) (err error) {
 		"contexts", len(rec.GetJupyter().GetContexts()), "jupyter_server", rec.GetJupyter().GetServer().GetPid(), "watchers", len(rec.GetWatchers()))
 	if ho.RolledBack != "" {
 		p.upg.setLast(upgradeStatus{From: Version, Result: "rolled_back", Error: ho.RolledBack})
-		p.log.Error("the upgrade failed: this envd took its workload back", "err", ho.RolledBack)
+		p.log.Error("the upgrade failed: this envd took its workload back", "error", ho.RolledBack)
 	}
 	return nil
 }

@@ -358,7 +358,7 @@ func (up *Upload) discard() {
 	if up.dir >= 0 && up.tmp != "" {
 		err := up.as(func() error { return unix.Unlinkat(up.dir, up.tmp, 0) })
 		if err != nil && !errors.Is(err, unix.ENOENT) {
-			up.f.log.Warn("cannot remove an upload's temporary file", "dir", filepath.Dir(up.target), "name", up.tmp, "err", err)
+			up.f.log.Warn("cannot remove an upload's temporary file", "dir", filepath.Dir(up.target), "name", up.tmp, "error", err)
 		}
 	}
 	up.tmp = ""

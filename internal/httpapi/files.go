@@ -158,7 +158,7 @@ func (a *API) download(w http.ResponseWriter, r *http.Request) {
 	buf := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(buf)
 	if _, err := io.CopyBuffer(zw, onlyReader{f}, *buf); err != nil {
-		a.log.Debug("download ended early", "path", p, "err", err)
+		a.log.Debug("download ended early", "path", p, "error", err)
 		return
 	}
 	zw.Close()
@@ -199,13 +199,13 @@ func (a *API) streamUnsized(w http.ResponseWriter, r *http.Request, p string, f 
 		out = zw
 	}
 	if _, err := out.Write(head); err != nil {
-		a.log.Debug("download ended early", "path", p, "err", err)
+		a.log.Debug("download ended early", "path", p, "error", err)
 		return
 	}
 	if n == sniffLen { // else the file ended within it
 		if _, err := io.CopyBuffer(out, onlyReader{f}, (*buf)[sniffLen:]); err != nil {
 			// The status is sent: the client sees a body cut short.
-			a.log.Debug("download ended early", "path", p, "err", err)
+			a.log.Debug("download ended early", "path", p, "error", err)
 			return
 		}
 	}

@@ -197,7 +197,7 @@ func (h *Hooks) freezeFS() error {
 	h.watchdog = time.AfterFunc(h.o.FSWatchdog, func() {
 		h.log.Warn("filesystem left frozen past the watchdog's bound: thawing it", "path", h.o.FSPath, "bound", h.o.FSWatchdog)
 		if err := h.thawFS(); err != nil {
-			h.log.Error("watchdog cannot thaw the filesystem", "path", h.o.FSPath, "err", err)
+			h.log.Error("watchdog cannot thaw the filesystem", "path", h.o.FSPath, "error", err)
 		}
 	})
 	h.log.Info("filesystem frozen", "path", h.o.FSPath, "watchdog", h.o.FSWatchdog)

@@ -283,14 +283,14 @@ func checkEnvVars(vars map[string]string) error {
 func (a *API) applySystem(ctx context.Context, p initPlan) (int, string) {
 	if p.certs != nil {
 		if err := installCAs(p.certs, caBundleFile, caLocalDir); err != nil {
-			a.log.Error("cannot install /init's caBundle", "err", err)
+			a.log.Error("cannot install /init's caBundle", "error", err)
 			return http.StatusInternalServerError, fmt.Sprintf("caBundle: install the certificates: %v", err)
 		}
 		a.log.Info("trusting /init's CA certificates", "certificates", len(p.certs))
 	}
 	if p.hyperloop.IsValid() {
 		if err := setHosts(hostsFile, p.hyperloop); err != nil {
-			a.log.Error("cannot write the hosts entry of /init's hyperloopIP", "err", err)
+			a.log.Error("cannot write the hosts entry of /init's hyperloopIP", "error", err)
 			return http.StatusInternalServerError, fmt.Sprintf("hyperloopIP: %v", err)
 		}
 	}
@@ -310,7 +310,7 @@ func (a *API) applySystem(ctx context.Context, p initPlan) (int, string) {
 			a.log.Info("mounted /init's NFS volumes", "volumes", len(made), "lifecycle_id", p.lifecycle)
 		}
 		if err != nil {
-			a.log.Error("cannot mount /init's NFS volumes", "err", err)
+			a.log.Error("cannot mount /init's NFS volumes", "error", err)
 			return http.StatusInternalServerError, fmt.Sprintf("volumeMounts: %v", err)
 		}
 	}
@@ -330,7 +330,7 @@ func (a *API) syncClock(ts time.Time) {
 		return
 	}
 	if err := a.o.SetClock(ts); err != nil {
-		a.log.Warn("cannot set the clock", "offset", off, "err", err)
+		a.log.Warn("cannot set the clock", "offset", off, "error", err)
 		return
 	}
 	a.log.Info("set the clock from /init", "offset", off)
@@ -368,7 +368,7 @@ type metricsBody struct {
 func (a *API) metrics(w http.ResponseWriter, r *http.Request) {
 	m, err := a.readMetrics()
 	if err != nil {
-		a.log.Warn("cannot read metrics", "err", err)
+		a.log.Warn("cannot read metrics", "error", err)
 		server.WriteError(w, http.StatusInternalServerError, fmt.Sprintf("read metrics: %v", err))
 		return
 	}

@@ -82,7 +82,7 @@ func (cr *creation) enter(phase string) {
 	cr.phase, cr.since = phase, now
 	cr.mu.Unlock()
 	if prev != "" {
-		cr.e.log.Info("context creation phase done", "language", cr.lang, "phase", prev, "duration", now.Sub(since))
+		cr.e.log.Debug("context creation phase done", "language", cr.lang, "phase", prev, "duration", now.Sub(since))
 	}
 }
 
@@ -117,7 +117,7 @@ func (cr *creation) finish(err error) {
 		}
 		return
 	}
-	cr.e.log.Info("context creation phase done", "language", cr.lang, "phase", phase, "duration", now.Sub(since))
+	cr.e.log.Debug("context creation phase done", "language", cr.lang, "phase", phase, "duration", now.Sub(since))
 }
 
 // notReady is the answer to a caller whose wait for the creation ended

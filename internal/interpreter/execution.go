@@ -797,6 +797,14 @@ func (r *runner) finish(reason EndReason, ev *ErrorValue) {
 		r.emitError(ev)
 		msg = ev.Value
 	}
+	switch reason {
+	case EndTimedOut:
+		r.x.eng.log.Info("execution timed out", "context_id", r.x.ContextID, "language", r.x.Language,
+			"execution_id", r.x.ID, "timeout", r.x.timeout)
+	case EndInterrupted:
+		r.x.eng.log.Info("execution interrupted", "context_id", r.x.ContextID, "language", r.x.Language,
+			"execution_id", r.x.ID)
+	}
 	r.x.writeEnd(&End{Reason: reason, Message: msg})
 }
 

@@ -3,6 +3,7 @@ package jupyter
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -223,9 +224,7 @@ func removeAt(dirfd int, name string) error {
 // reclaimStale removes the runtime directories that envd processes killed
 // before their Stop (SIGKILL, a crash) left behind (see staledir): emptied
 // through the locked descriptor, then removed by name.
-func reclaimStale(log interface {
-	Info(msg string, args ...any)
-}) {
+func reclaimStale(log *slog.Logger) {
 	staledir.Reclaim(tempPrefix, func(tmpfd int, name string, d *os.File) error {
 		for _, sub := range []string{"config", "runtime"} {
 			if err := removeAt(int(d.Fd()), sub); err != nil {
@@ -234,6 +233,10 @@ func reclaimStale(log interface {
 		}
 		return unix.Unlinkat(tmpfd, name, unix.AT_REMOVEDIR)
 	}, func(dir string, err error) {
-		log.Info("removed a stale jupyter runtime dir", "dir", dir, "error", err)
+		if err != nil {
+			log.Warn("cannot remove a stale jupyter runtime dir", "dir", dir, "error", err)
+			return
+		}
+		log.Debug("removed a stale jupyter runtime dir", "dir", dir)
 	})
 }

@@ -338,7 +338,7 @@ func Serve(base context.Context, ln net.Listener, h http.Handler, logger *slog.L
 	srv := HTTPServer(base, h, logger)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("serve failed", "addr", ln.Addr().String(), "err", err)
+			logger.Error("serve failed", "addr", ln.Addr().String(), "error", err)
 		}
 	}()
 	return srv

@@ -53,6 +53,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path"
@@ -164,6 +165,9 @@ type Options struct {
 	// PythonVenv, if set, is a virtual environment whose python runs the
 	// python3 kernel (see PythonKernelName); "": Debian's.
 	PythonVenv string
+	// Logger tells of stale installs removed (InstallTemp); nil:
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Owner is the account that owns an install.

@@ -30,7 +30,7 @@ type Temp struct {
 // free; only directories of envd's account that no one else can write are
 // considered, so a user's look-alike is left alone.
 func InstallTemp(opts Options) (*Temp, error) {
-	reclaimStale()
+	reclaimStale(opts.Logger)
 	dir, lock, err := staledir.Create(tempPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("startup: create install dir: %w", err)
@@ -60,11 +60,18 @@ func (t *Temp) Remove() error {
 
 // reclaimStale removes the installs of envd processes that died without
 // removing theirs (see staledir), as Remove does.
-func reclaimStale() {
+func reclaimStale(log *slog.Logger) {
+	if log == nil {
+		log = slog.Default()
+	}
 	staledir.Reclaim(tempPrefix, func(_ int, name string, _ *os.File) error {
 		return os.RemoveAll(filepath.Join(os.TempDir(), name)) // see Remove
 	}, func(dir string, err error) {
-		slog.Info("removed a stale kernel startup dir", "dir", dir, "error", err)
+		if err != nil {
+			log.Warn("cannot remove a stale kernel startup dir", "dir", dir, "error", err)
+			return
+		}
+		log.Debug("removed a stale kernel startup dir", "dir", dir)
 	})
 }
 
