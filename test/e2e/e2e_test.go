@@ -108,6 +108,9 @@ type startOptions struct {
 	// jupyter starts envd with code execution (a Jupyter server), which
 	// it otherwise runs without (-no-jupyter).
 	jupyter bool
+	// ignore starts envd with these signals ignored (sh's trap names:
+	// "HUP PIPE"), as nohup or a careless init would.
+	ignore string
 	// guest runs envd where a second unprivileged account exists, without
 	// changing the machine: in a private mount namespace whose /etc/passwd
 	// and /etc/group are copies with guest (guestUID, no sudo, home
@@ -185,6 +188,11 @@ func launch(t *testing.T, o startOptions) *envd {
 		bin = o.bin
 	}
 	e.cmd = exec.Command(bin, args...)
+	if o.ignore != "" {
+		// An ignored disposition survives exec: sh sets it, then becomes
+		// envd (same pid).
+		e.cmd = exec.Command("/bin/sh", append([]string{"-c", "trap '' " + o.ignore + `; exec "$0" "$@"`, bin}, args...)...)
+	}
 	if o.guest {
 		e.guestHome, e.cmd = withGuest(t, e.cmd)
 	}

@@ -74,3 +74,33 @@ func TestOneEnvironment(t *testing.T) {
 		})
 	}
 }
+
+// TestCommandsSignalsDefault: a command starts with every signal at its
+// default disposition, whatever envd ignores itself or was started with
+// ignored (an ignored signal survives exec): a pipe's writer dies of
+// SIGPIPE quietly, as in a terminal, and a SIGHUP ends a command.
+func TestCommandsSignalsDefault(t *testing.T) {
+	t.Parallel()
+	for _, ignore := range []string{"", "HUP PIPE INT QUIT USR1 TERM"} {
+		t.Run("ignored="+ignore, func(t *testing.T) {
+			t.Parallel()
+			e := startEnvd(t, startOptions{ignore: ignore})
+			c := client.New(client.Options{Addr: e.url})
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), codeTimeout)
+			defer cancel()
+			res, err := c.Run(ctx, client.Command{Name: "/bin/sh", Args: []string{"-c",
+				`grep -E '^Sig(Ign|Blk):' /proc/self/status; yes | head -1; sleep 30 & kill -HUP $!; wait $! 2>/dev/null; echo "sleep ended with $?"`}})
+			if err != nil {
+				t.Fatalf("run: %v\n%s", err, e.stderr)
+			}
+			want := "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\ny\nsleep ended with 129\n"
+			if string(res.Stdout) != want || len(res.Stderr) != 0 {
+				t.Errorf("stdout %q, stderr %q; want %q and nothing", res.Stdout, res.Stderr, want)
+			}
+			if ignore != "" && !e.alive() {
+				t.Errorf("envd ended")
+			}
+		})
+	}
+}
