@@ -47,27 +47,43 @@ const (
 	aboutCommand         // starting a command: exec.ErrNotFound matches a missing one
 )
 
+// Error is one line, each part said once: what was done, the kind of
+// failure, and the server's message ("stat /x: not found: no such file or
+// directory"). The kind is left out when the message says it in its own
+// words ("send SIGTERM to process 9: process with pid 9 not found"), and so
+// is what the message repeats of Op: Op itself, or the subject Op names
+// last ("/x: ..." after "stat /x").
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Op)
 	b.WriteString(": ")
 	msg := e.Message
-	if e.Code != connect.CodeUnavailable || e.Status != 0 {
-		code := strings.ReplaceAll(e.Code.String(), "_", " ")
+	labelled := e.Code != connect.CodeUnavailable || e.Status != 0
+	code := strings.ReplaceAll(e.Code.String(), "_", " ")
+	if labelled {
 		msg = strings.TrimPrefix(msg, code+": ")
 		if msg == code {
 			msg = ""
 		}
-		b.WriteString(code)
-		if e.Status != 0 {
-			fmt.Fprintf(&b, " (HTTP %d)", e.Status)
-		}
-		if msg != "" {
-			b.WriteString(": ")
-		}
 	}
-	// Servers often start their message with what was done, as Op does.
-	b.WriteString(strings.TrimPrefix(msg, e.Op+": "))
+	msg = strings.TrimPrefix(msg, e.Op+": ")
+	if head, rest, ok := strings.Cut(msg, ": "); ok && head != "" && rest != "" && strings.HasSuffix(e.Op, " "+head) {
+		msg = rest
+	}
+	status := ""
+	if e.Status != 0 {
+		status = fmt.Sprintf(" (HTTP %d)", e.Status)
+	}
+	switch {
+	case !labelled:
+		b.WriteString(msg)
+	case msg != "" && strings.Contains(strings.ToLower(msg), code):
+		b.WriteString(msg + status)
+	case msg == "":
+		b.WriteString(code + status)
+	default:
+		b.WriteString(code + status + ": " + msg)
+	}
 	return b.String()
 }
 

@@ -15,7 +15,7 @@
 #   - Deno (npm `deno@$DENO_VERSION`) into $ENVD_KERNELS_DIR, plus the Jupyter
 #     kernelspec /usr/local/share/jupyter/kernels/deno/kernel.json.
 #   - The account `user` (home /home/user, bash) with passwordless sudo.
-#   - Where code installs packages (README: "Installing packages from code"):
+#   - Where code installs packages (docs/packages.md, "Installing packages from code"):
 #     the Python virtual environment /opt/envd-python (Debian's python3,
 #     --system-site-packages) and R's site library /usr/local/lib/R/site-library,
 #     both `user`'s and, through a default ACL, writable by `user` whoever
@@ -102,6 +102,7 @@ APT_PKGS_FULL=(
 APT_PKGS_TEST=(
 	systemd  # systemd-analyze verify: test/deploy checks deploy/firecracker/envd.service
 	iproute2 # ip: tests bring up loopback in the network namespaces they make
+	zsh fish # envctl's completion scripts are tried in each shell they are for
 )
 
 done_steps=()

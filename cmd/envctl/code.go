@@ -30,7 +30,7 @@ type execOpts struct {
 
 var execCodeCommand = &command{
 	name:         "exec-code",
-	args:         "[--lang L] [--context ID] [--json] [--save-dir DIR] [FILE|-]",
+	args:         "[--lang LANGUAGE] [--context ID] [--json] [--save-dir DIR] [FILE|-]",
 	summary:      "run code in a stateful context: a file, stdin, or an interactive prompt",
 	interspersed: true,
 	flags: func(fs *flag.FlagSet) any {
@@ -45,16 +45,26 @@ var execCodeCommand = &command{
 }
 
 var languagesCommand = &command{
-	name:    "languages",
-	args:    "",
-	summary: "list the languages exec-code can run (one per installed Jupyter kernel)",
-	run: func(ctx context.Context, e *env, _ any, args []string) error {
+	noFiles:      true,
+	name:         "languages",
+	args:         "[--json]",
+	summary:      "list the languages exec-code can run (one per installed Jupyter kernel)",
+	interspersed: true,
+	flags:        jsonFlag,
+	run: func(ctx context.Context, e *env, opts any, args []string) error {
 		if len(args) > 0 {
-			return usageError{fmt.Sprintf("languages: unexpected argument %q (usage: envctl languages)", args[0])}
+			return usageError{fmt.Sprintf("languages: unexpected argument %q (usage: envctl languages [--json])", args[0])}
 		}
 		langs, err := e.c.Languages(ctx)
 		if err != nil {
 			return err
+		}
+		if opts.(*jsonOpts).json {
+			out := make([]languageJSON, len(langs))
+			for i, l := range langs {
+				out[i] = toLanguageJSON(l)
+			}
+			return printJSON(e.stdout, out)
 		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "LANGUAGE\tKERNEL\tALIASES\tDEFAULT CONTEXT\tDISPLAY NAME")
@@ -82,7 +92,7 @@ func runExecCode(ctx context.Context, e *env, opts any, args []string) error {
 		return usageError{"exec-code: give --lang or --context, not both (a context has its language)"}
 	}
 	if len(args) > 1 {
-		return usageError{"exec-code: give at most one FILE (usage: envctl exec-code [--lang L] [--context ID] [FILE|-])"}
+		return usageError{"exec-code: give at most one FILE (usage: envctl exec-code [--lang LANGUAGE] [--context ID] [FILE|-])"}
 	}
 	x := &executor{
 		e: e, opts: client.ExecOptions{ContextID: o.context, Language: o.lang},
@@ -147,15 +157,19 @@ func (x *executor) runOnce(ctx context.Context, code string) error {
 	return outcome(res)
 }
 
-// outcome is the error of an execution that did not end well.
+// outcome is the error of an execution that did not end well: exit 1,
+// as it failed in the sandbox.
 func outcome(res *client.ExecResult) error {
 	switch res.Reason {
 	case client.EndOK:
 		return nil
 	case client.EndError:
-		return exitError{code: 1} // the traceback is on stderr
+		return exitError{code: exitSandbox} // the traceback is on stderr
 	}
-	return fmt.Errorf("execution %s", res)
+	if res.Error != nil && res.Error.Value == res.Message {
+		return exitError{code: exitSandbox} // the error event said it
+	}
+	return exitError{code: exitSandbox, msg: fmt.Sprintf("execution %s", res)}
 }
 
 // exec runs code on the executor's context, printing output as it comes:

@@ -34,14 +34,14 @@ var lsCommand = &command{
 	interspersed: true,
 	flags: func(fs *flag.FlagSet) any {
 		o := &lsOpts{}
-		fs.IntVar(&o.depth, "depth", 1, "how many levels to list")
+		fs.IntVar(&o.depth, "depth", 1, "list `N` levels deep")
 		fs.BoolVar(&o.json, "json", false, "print JSON (snake_case names)")
 		return o
 	},
 	run: func(ctx context.Context, e *env, opts any, args []string) error {
 		o := opts.(*lsOpts)
 		if len(args) > 1 {
-			return usageError{"ls: give at most one PATH (usage: envctl ls [--depth N] [PATH])"}
+			return usageError{"ls: give at most one PATH (usage: envctl ls [--depth N] [--json] [PATH])"}
 		}
 		if o.depth < 1 {
 			return usageError{fmt.Sprintf("ls: --depth %d: want 1 or more", o.depth)}

@@ -18,9 +18,10 @@ type forwardOpts struct {
 	address string
 }
 
-const forwardUsage = "[--address ADDR] [LOCAL:]REMOTE..."
+const forwardUsage = "[--address ADDRESS] [LOCAL:]REMOTE..."
 
 var forwardCommand = &command{
+	noFiles:      true,
 	name:         "forward",
 	args:         forwardUsage,
 	summary:      "forward local TCP ports to ports inside the sandbox through envd, as kubectl port-forward (LOCAL:REMOTE, or PORT for the same on both sides, or :REMOTE for any free local port), until interrupted",
@@ -98,8 +99,16 @@ func runForward(ctx context.Context, e *env, opts any, args []string) error {
 		}
 		lns = append(lns, ln)
 	}
-	// envd must answer before anything is said to be forwarded.
+	// envd must answer, and take the token, before anything is said to be
+	// forwarded: /health answers anyone, so a call that needs the token
+	// follows it.
 	if err := e.c.Health(ctx); err != nil {
+		return err
+	}
+	if _, err := e.c.Envs(ctx); err != nil {
+		if exitCode(err) == exitRefused {
+			return exitError{code: exitRefused, msg: "forward: " + tokenRefused(e, err)}
+		}
 		return err
 	}
 	var wg sync.WaitGroup

@@ -92,6 +92,39 @@ type healthJSON struct {
 	OK        bool    `json:"ok"`
 	Target    string  `json:"target"`
 	LatencyMS float64 `json:"latency_ms"`
+	// Token is accepted (a token was given and envd takes it), none (none
+	// was given and envd needs none) or refused (envd refuses the one
+	// given, or wants one); TokenError is then envd's reason.
+	Token      string `json:"token"`
+	TokenError string `json:"token_error,omitempty"`
+}
+
+// languageJSON is what languages --json prints for each language.
+type languageJSON struct {
+	Language              string   `json:"language"`
+	KernelName            string   `json:"kernel_name"`
+	DisplayName           string   `json:"display_name"`
+	Aliases               []string `json:"aliases"`
+	DefaultContextID      string   `json:"default_context_id,omitempty"`
+	DefaultContextRunning bool     `json:"default_context_running"`
+}
+
+func toLanguageJSON(l client.Language) languageJSON {
+	aliases := l.Aliases
+	if aliases == nil {
+		aliases = []string{}
+	}
+	return languageJSON{
+		Language: l.Name, KernelName: l.KernelName, DisplayName: l.DisplayName, Aliases: aliases,
+		DefaultContextID: l.DefaultContextID, DefaultContextRunning: l.DefaultContextRunning,
+	}
+}
+
+// contextJSON is what contexts --json prints for each context.
+type contextJSON struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
 }
 
 // printJSON writes v as one line of JSON, with <, > and & as they are

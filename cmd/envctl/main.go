@@ -1,19 +1,34 @@
 // Command envctl talks to envd, the agent inside a sandbox, to debug it: run
-// commands, copy files both ways, watch directories, run code in stateful
-// contexts, manage packages (pip, npm, R, apt), list the sandbox's TCP
-// listeners and their forwarding, forward local ports into the sandbox,
-// check health and metrics.
+// commands, copy, move and remove files both ways, watch directories, run
+// code in stateful contexts and list, restart or remove those contexts,
+// manage packages (pip, npm, R, apt), list the sandbox's TCP listeners and
+// their forwarding, forward local ports into the sandbox, check health,
+// the token, and metrics. `envctl completion bash|zsh|fish` prints a shell
+// completion script.
 // It reaches envd over TCP, a unix socket, AF_VSOCK, or the host side of a
 // Firecracker vsock device, through the client package (and
-// internal/buildinfo for its -version line).
+// internal/buildinfo for its --version line: the version envd -version
+// prints).
 //
-// Run `envctl help` for the commands. Errors are one line on stderr. Exit
-// codes follow docker's: `envctl run` exits with the process's code (128+N
-// when signal N ended it), 127 when the command does not exist, 126 when it
+// Run `envctl help` for the commands. Errors are one line on stderr, and
+// the exit code says what kind of failure it was:
+//
+//	0    ok
+//	1    the operation failed in the sandbox: the code raised or did not
+//	     end well (exec-code), the installer failed or a package to remove
+//	     is not installed (pkg)
+//	2    usage: a bad command line
+//	3    refused: envd refused the access token (or its lack), the user,
+//	     or the user's permission
+//	4    not found: the file, directory, process or context envd was
+//	     asked about does not exist
+//	125  envctl itself failed, or envd could not be reached; any other
+//	     error
+//
+// `envctl run` exits as docker's does: with the process's code (128+N when
+// signal N ended it), 127 when the command does not exist, 126 when it
 // cannot be run (not executable, a working directory it cannot use), and
-// 125 when envctl itself or the way to envd failed. `envctl pkg` exits 1
-// when the operation failed in the sandbox (the installer failed, a package
-// to remove is not installed, the installer was killed at the deadline).
+// 2, 3 or 125 as above when it did not start for those reasons.
 package main
 
 import (
@@ -24,10 +39,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"connectrpc.com/connect"
 
 	"github.com/envd-dev/envd/client"
 	"github.com/envd-dev/envd/internal/buildinfo"
@@ -36,20 +55,29 @@ import (
 // command is one subcommand.
 type command struct {
 	name    string
-	args    string // the usage after the name
+	aliases []string // other names that select it
+	args    string   // the usage after the name
 	summary string
 	// interspersed lets flags follow positional arguments (not for run,
 	// whose arguments after the first are the command's own).
 	interspersed bool
 	flags        func(fs *flag.FlagSet) any
 	run          func(ctx context.Context, e *env, opts any, args []string) error
+
+	// For shell completion: words are what the first argument may be (a
+	// subcommand); noFiles says that no argument is a path, so none is
+	// completed as one.
+	words   []string
+	noFiles bool
+	// offline commands do not talk to envd (completion).
+	offline bool
 }
 
 var commands = []*command{
 	runCommand, psCommand, killCommand,
-	lsCommand, statCommand, catCommand, cpCommand, watchCommand,
-	execCodeCommand, languagesCommand, pkgCommand, portsCommand, forwardCommand,
-	healthCommand, metricsCommand, envsCommand,
+	lsCommand, statCommand, catCommand, cpCommand, mvCommand, rmCommand, mkdirCommand, watchCommand,
+	execCodeCommand, languagesCommand, contextsCommand, pkgCommand, portsCommand, forwardCommand,
+	healthCommand, metricsCommand, envsCommand, completionCommand,
 }
 
 // exitError ends envctl with a code, and msg on stderr if any: `run`
@@ -67,12 +95,36 @@ func (e exitError) Error() string {
 	return "exit " + strconv.Itoa(e.code)
 }
 
-// Exit codes of envctl's own, as docker's.
+// Exit codes: the package comment has the table.
 const (
-	exitFailed        = 125 // envctl, or the way to envd, failed
+	exitSandbox       = 1   // the operation failed in the sandbox
+	exitUsage         = 2   // a bad command line
+	exitRefused       = 3   // envd refused the token, the user or its permission
+	exitNotFound      = 4   // what envd was asked about does not exist
+	exitFailed        = 125 // envctl, or the way to envd, failed; anything else
 	exitCannotRun     = 126 // the command exists but cannot be run
 	exitCommandAbsent = 127 // the command does not exist
 )
+
+// exitCode is the exit code of a failure: by its kind for envd's answers
+// (their Connect code), as given for an exitError.
+func exitCode(err error) int {
+	if ee, ok := errors.AsType[exitError](err); ok {
+		return ee.code
+	}
+	if _, ok := errors.AsType[usageError](err); ok {
+		return exitUsage
+	}
+	if _, ok := errors.AsType[*client.Error](err); ok {
+		switch client.CodeOf(err) {
+		case connect.CodeUnauthenticated, connect.CodePermissionDenied:
+			return exitRefused
+		case connect.CodeNotFound:
+			return exitNotFound
+		}
+	}
+	return exitFailed
+}
 
 // usageError is a mistake in the command line.
 type usageError struct{ msg string }
@@ -100,14 +152,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	if ee, ok := errors.AsType[exitError](err); ok {
-		if ee.msg != "" {
-			fmt.Fprintln(stderr, "envctl: "+oneLine(ee.msg))
-		}
-		return ee.code
+	if ee, ok := errors.AsType[exitError](err); !ok || ee.msg != "" {
+		fmt.Fprintln(stderr, "envctl: "+oneLine(err.Error()))
 	}
-	fmt.Fprintln(stderr, "envctl: "+oneLine(err.Error()))
-	return exitFailed
+	return exitCode(err)
 }
 
 // oneLine keeps a message on one line.
@@ -123,15 +171,21 @@ type globals struct {
 	insecure                              bool
 }
 
-func (g *globals) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.addr, "addr", os.Getenv("ENVCTL_ADDR"), "envd's `URL` (http:// or https://) or host:port (env ENVCTL_ADDR; default "+client.DefaultAddr+")")
+// register adds the global flags to fs, their defaults from getenv
+// (os.Getenv; help passes one that finds nothing, so that it never shows
+// a token).
+func (g *globals) register(fs *flag.FlagSet, getenv func(string) string) {
+	fs.StringVar(&g.addr, "addr", getenv("ENVCTL_ADDR"), "envd's `URL` (http:// or https://) or host:port (env ENVCTL_ADDR; default "+client.DefaultAddr+")")
 	fs.BoolVar(&g.insecure, "insecure", false, "with an https --addr, accept any certificate (a test proxy's self-signed one)")
-	fs.StringVar(&g.unix, "unix", os.Getenv("ENVCTL_UNIX"), "reach envd on this unix socket `PATH` (env ENVCTL_UNIX)")
-	fs.StringVar(&g.vsock, "vsock", os.Getenv("ENVCTL_VSOCK"), "reach envd over AF_VSOCK at `CID:PORT` (env ENVCTL_VSOCK)")
-	fs.StringVar(&g.fcUDS, "fc-uds", os.Getenv("ENVCTL_FC_UDS"), "reach envd through a Firecracker vsock socket, `PATH:PORT` (env ENVCTL_FC_UDS)")
-	fs.StringVar(&g.token, "token", os.Getenv("ENVCTL_TOKEN"), "access `TOKEN` (env ENVCTL_TOKEN)")
-	fs.StringVar(&g.user, "user", os.Getenv("ENVCTL_USER"), "run as this `USER` (env ENVCTL_USER; default envd's default user)")
+	fs.StringVar(&g.unix, "unix", getenv("ENVCTL_UNIX"), "reach envd on this unix socket `PATH` (env ENVCTL_UNIX)")
+	fs.StringVar(&g.vsock, "vsock", getenv("ENVCTL_VSOCK"), "reach envd over AF_VSOCK at `CID:PORT` (env ENVCTL_VSOCK)")
+	fs.StringVar(&g.fcUDS, "fc-uds", getenv("ENVCTL_FC_UDS"), "reach envd through a Firecracker vsock socket, `PATH:PORT`, with the CONNECT handshake (env ENVCTL_FC_UDS)")
+	fs.StringVar(&g.token, "token", getenv("ENVCTL_TOKEN"), "access `TOKEN` (env ENVCTL_TOKEN)")
+	fs.StringVar(&g.user, "user", getenv("ENVCTL_USER"), "run as this `USER` (env ENVCTL_USER; default envd's default user)")
 }
+
+// noEnv is a getenv that finds nothing.
+func noEnv(string) string { return "" }
 
 var transportFlags = []string{"addr", "unix", "vsock", "fc-uds"}
 
@@ -141,18 +195,21 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+	// token tells whether an access token was given (--token or
+	// ENVCTL_TOKEN).
+	token bool
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var g globals
 	gfs := newFlagSet("envctl")
-	g.register(gfs)
+	g.register(gfs, os.Getenv)
 	if err := gfs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(stdout)
 			return nil
 		}
-		return usageError{err.Error() + " (run envctl help)"}
+		return usageError{flagError(err) + " (run envctl help)"}
 	}
 	if gfs.NArg() == 0 {
 		return usageError{"no command given: run envctl help for the list"}
@@ -177,7 +234,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	before := map[string]string{}
 	gfs.Visit(func(f *flag.Flag) { before[f.Name] = f.Value.String() })
 	fs := newFlagSet("envctl " + cmd.name)
-	g.register(fs)
+	g.register(fs, os.Getenv)
 	for k, v := range before {
 		fs.Set(k, v)
 	}
@@ -191,7 +248,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			cmdUsage(stdout, cmd)
 			return nil
 		}
-		return usageError{fmt.Sprintf("%s: %v (usage: envctl %s %s)", cmd.name, err, cmd.name, cmd.args)}
+		return usageError{fmt.Sprintf("%s: %s (usage: envctl %s %s)", cmd.name, flagError(err), cmd.name, cmd.args)}
+	}
+	if cmd.offline {
+		return cmd.run(context.Background(), &env{stdin: stdin, stdout: stdout, stderr: stderr}, opts, pos)
 	}
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
@@ -202,12 +262,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	defer c.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return cmd.run(ctx, &env{c: c, stdin: stdin, stdout: stdout, stderr: stderr}, opts, pos)
+	return cmd.run(ctx, &env{c: c, stdin: stdin, stdout: stdout, stderr: stderr, token: g.token != ""}, opts, pos)
 }
 
 func lookup(name string) *command {
 	for _, c := range commands {
-		if c.name == name {
+		if c.name == name || slices.Contains(c.aliases, name) {
 			return c
 		}
 	}
@@ -355,25 +415,40 @@ usage: envctl [global flags] COMMAND [flags] [args]
 commands:
 `)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
 global flags (before or after the command):
-  --addr URL         envd's address (default http://`+client.DefaultAddr+`)
-  --unix PATH        envd's unix socket
-  --vsock CID:PORT   envd over AF_VSOCK
-  --fc-uds PATH:PORT envd through a Firecracker vsock socket (CONNECT handshake)
-  --token TOKEN      access token
-  --user USER        run as this user
-Each can also come from ENVCTL_ADDR, ENVCTL_UNIX, ENVCTL_VSOCK, ENVCTL_FC_UDS,
-ENVCTL_TOKEN and ENVCTL_USER; a flag wins.
+`)
+	gfs := newFlagSet("envctl")
+	(&globals{}).register(gfs, noEnv)
+	printFlags(w, gfs)
+	fmt.Fprint(w, `
+Each of --addr, --unix, --vsock, --fc-uds, --token and --user can also come
+from ENVCTL_ADDR, ENVCTL_UNIX, ENVCTL_VSOCK, ENVCTL_FC_UDS, ENVCTL_TOKEN and
+ENVCTL_USER; a flag wins.
 
-Run envctl help COMMAND for a command's flags.
+exit codes:
+  0    ok
+  1    the operation failed in the sandbox (exec-code: the code raised or did
+       not end well; pkg: the installer failed, or a package to remove is not
+       installed)
+  2    usage: a bad command line
+  3    refused: envd refused the token (or its lack), the user or its permission
+  4    not found: the file, directory, process or context does not exist
+  125  envctl itself failed, or envd could not be reached; any other error
+  run exits with the process's code (128+N for signal N), 127 when the
+  command does not exist, 126 when it cannot be run.
+
+Run envctl help COMMAND for a command's flags; envctl --version for the version.
 `)
 }
 
 func cmdUsage(w io.Writer, c *command) {
 	fmt.Fprintf(w, "usage: envctl %s %s\n\n%s\n", c.name, c.args, c.summary)
+	if len(c.aliases) > 0 {
+		fmt.Fprintf(w, "\nalso: envctl %s\n", strings.Join(c.aliases, ", envctl "))
+	}
 	fs := newFlagSet(c.name)
 	if c.flags != nil {
 		c.flags(fs)
@@ -382,9 +457,66 @@ func cmdUsage(w io.Writer, c *command) {
 	fs.VisitAll(func(*flag.Flag) { has = true })
 	if has {
 		fmt.Fprintln(w, "\nflags:")
-		fs.SetOutput(w)
-		fs.PrintDefaults()
+		printFlags(w, fs)
 	}
+}
+
+// flagErrorName finds the flag the flag package names in its errors, which
+// it writes -name.
+var flagErrorName = regexp.MustCompile(`^(flag provided but not defined: |flag needs an argument: |invalid value ".*?" for flag |invalid boolean value ".*?" for )-([^\s:]+)`)
+
+// flagError is the flag package's error with the flag written as help
+// writes it (flagName).
+func flagError(err error) string {
+	return flagErrorName.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		sub := flagErrorName.FindStringSubmatch(m)
+		return sub[1] + flagName(sub[2])
+	})
+}
+
+// flagName is how envctl writes a flag, in usage lines and in help:
+// --name, or -x for one letter (the flag package takes -name and --name
+// alike).
+func flagName(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// printFlags is flag.PrintDefaults with the flags written as flagName
+// writes them.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		var b strings.Builder
+		b.WriteString("  " + flagName(f.Name))
+		name, usage := flag.UnquoteUsage(f)
+		if name != "" {
+			b.WriteString(" " + name)
+		}
+		if b.Len() <= 4 {
+			// A one-letter boolean: the usage on the same line, as
+			// PrintDefaults puts it.
+			b.WriteString("\t")
+		} else {
+			b.WriteString("\n    \t")
+		}
+		b.WriteString(strings.ReplaceAll(usage, "\n", "\n    \t"))
+		if d := f.DefValue; d != "" && d != "false" && d != "0" {
+			if _, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok {
+				if strings.ContainsAny(d, " \t") || !isNumber(d) {
+					d = strconv.Quote(d)
+				}
+			}
+			fmt.Fprintf(&b, " (default %s)", d)
+		}
+		fmt.Fprintln(w, b.String())
+	})
+}
+
+func isNumber(s string) bool {
+	_, err := strconv.ParseFloat(s, 64)
+	return err == nil
 }
 
 // versionLine is what --version prints: envctl's version (the same as

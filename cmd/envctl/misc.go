@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -25,6 +26,7 @@ func jsonFlag(fs *flag.FlagSet) any {
 }
 
 var psCommand = &command{
+	noFiles:      true,
 	name:         "ps",
 	args:         "[--json]",
 	summary:      "list the processes envd runs",
@@ -70,8 +72,9 @@ func shellJoin(words []string) string {
 type killOpts struct{ signal string }
 
 var killCommand = &command{
+	noFiles:      true,
 	name:         "kill",
-	args:         "PID [--signal NAME]",
+	args:         "PID [--signal SIGNAL]",
 	summary:      "send a signal to a process (default SIGTERM; HUP, INT, QUIT, KILL, USR1, USR2, ALRM, TERM, CONT, STOP, TSTP, WINCH)",
 	interspersed: true,
 	flags: func(fs *flag.FlagSet) any {
@@ -82,7 +85,7 @@ var killCommand = &command{
 	run: func(ctx context.Context, e *env, opts any, args []string) error {
 		o := opts.(*killOpts)
 		if len(args) != 1 {
-			return usageError{"kill: give exactly one PID (usage: envctl kill PID [--signal NAME])"}
+			return usageError{"kill: give exactly one PID (usage: envctl kill PID [--signal SIGNAL])"}
 		}
 		pid, err := strconv.ParseUint(args[0], 10, 32)
 		if err != nil || pid == 0 {
@@ -117,9 +120,10 @@ var signalNames = map[string]syscall.Signal{
 }
 
 var healthCommand = &command{
+	noFiles:      true,
 	name:         "health",
 	args:         "[--json]",
-	summary:      "check that envd answers",
+	summary:      "check that envd answers, and that it takes the access token (exit 3 when it refuses it)",
 	interspersed: true,
 	flags:        jsonFlag,
 	run: func(ctx context.Context, e *env, opts any, args []string) error {
@@ -130,17 +134,62 @@ var healthCommand = &command{
 		if err := e.c.Health(ctx); err != nil {
 			return err
 		}
-		if opts.(*jsonOpts).json {
-			return printJSON(e.stdout, healthJSON{OK: true, Target: e.c.Target(), LatencyMS: float64(time.Since(start).Microseconds()) / 1000})
+		latency := time.Since(start)
+		// /health answers anyone: one cheap call that needs the token
+		// tells whether envd takes it.
+		token, refusal := "accepted", error(nil)
+		if !e.token {
+			token = "none"
 		}
-		fmt.Fprintf(e.stdout, "ok: envd at %s answered in %v\n", e.c.Target(), time.Since(start).Round(time.Microsecond))
+		if _, err := e.c.Envs(ctx); err != nil {
+			if exitCode(err) != exitRefused {
+				return err
+			}
+			token, refusal = "refused", err
+		}
+		if opts.(*jsonOpts).json {
+			out := healthJSON{OK: true, Target: e.c.Target(), LatencyMS: float64(latency.Microseconds()) / 1000, Token: token}
+			if refusal != nil {
+				out.TokenError = refusalText(refusal)
+			}
+			if err := printJSON(e.stdout, out); err != nil {
+				return err
+			}
+		} else if refusal == nil {
+			what := "token accepted"
+			if !e.token {
+				what = "no token needed"
+			}
+			fmt.Fprintf(e.stdout, "ok: envd at %s answered in %v; %s\n", e.c.Target(), latency.Round(time.Microsecond), what)
+		}
+		if refusal != nil {
+			return exitError{code: exitRefused, msg: tokenRefused(e, refusal)}
+		}
 		return nil
 	},
+}
+
+// refusalText is envd's reason for refusing a call.
+func refusalText(err error) string {
+	if ce, ok := errors.AsType[*client.Error](err); ok && ce.Message != "" {
+		return ce.Message
+	}
+	return err.Error()
+}
+
+// tokenRefused says that envd answers but refuses the token (or its lack),
+// with envd's reason.
+func tokenRefused(e *env, err error) string {
+	if !e.token {
+		return fmt.Sprintf("envd at %s answers but wants an access token (--token or ENVCTL_TOKEN): %s", e.c.Target(), refusalText(err))
+	}
+	return fmt.Sprintf("envd at %s answers but refuses the token: %s", e.c.Target(), refusalText(err))
 }
 
 type metricsOpts struct{ json bool }
 
 var metricsCommand = &command{
+	noFiles:      true,
 	name:         "metrics",
 	args:         "[--json]",
 	summary:      "show the sandbox's CPU, memory and disk use",
@@ -171,6 +220,7 @@ var metricsCommand = &command{
 }
 
 var envsCommand = &command{
+	noFiles: true,
 	name:    "envs",
 	args:    "",
 	summary: "show the environment variables envd gives every process",

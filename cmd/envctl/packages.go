@@ -25,6 +25,7 @@ type pkgOpts struct {
 const pkgUsage = "ls|add|rm [--manager pip|npm|r|apt] [--dir DIR] [ls: --json] [add: --source PATH --upgrade] [rm: --purge] [NAME[==VERSION]...]"
 
 var pkgCommand = &command{
+	words:        []string{"ls", "add", "rm"},
 	name:         "pkg",
 	args:         pkgUsage,
 	summary:      "list (ls), install (add) and remove (rm) packages with pip, npm, r or apt, streaming the installer's output",

@@ -21,9 +21,10 @@ type portsOpts struct {
 	pid                         int
 }
 
-const portsUsage = "[--watch] [--json] [--all] [--port N[,N...]] [--pid PID] [--family ipv4|ipv6] [--forwarded]"
+const portsUsage = "[--watch] [--json] [--all] [--port PORTS] [--pid PID] [--family ipv4|ipv6] [--forwarded]"
 
 var portsCommand = &command{
+	noFiles:      true,
 	name:         "ports",
 	args:         portsUsage,
 	summary:      "list the sandbox's TCP listeners and where envd forwards them from (--watch: then their changes, until interrupted); envd's, its Jupyter server's and the kernels' private ones only with --all",
@@ -33,7 +34,7 @@ var portsCommand = &command{
 		fs.BoolVar(&o.watch, "watch", false, "after the list, print each change (opened, closed, updated) until interrupted")
 		fs.BoolVar(&o.json, "json", false, "print JSON (snake_case names): the list as one array; with --watch, one object a line")
 		fs.StringVar(&o.ports, "port", "", "only these `PORTS` (comma-separated)")
-		fs.IntVar(&o.pid, "pid", 0, "only the listeners of this process")
+		fs.IntVar(&o.pid, "pid", 0, "only the listeners of the process `PID`")
 		fs.StringVar(&o.family, "family", "", "only this `FAMILY`: ipv4 or ipv6")
 		fs.BoolVar(&o.forwarded, "forwarded", false, "only the listeners envd forwards to")
 		fs.BoolVar(&o.all, "all", false, "also the private listeners (never forwarded), marked whose: envd (envd's own), jupyter (its Jupyter server's), kernel (a kernel's line to that server)")

@@ -23,8 +23,8 @@ func TestPortsUsage(t *testing.T) {
 	} {
 		var out, errb bytes.Buffer
 		code := Main(append([]string{"--addr", "http://127.0.0.1:1"}, strings.Fields(args)...), nil, &out, &errb)
-		if code != exitFailed || out.Len() != 0 || !strings.Contains(errb.String(), want) {
-			t.Errorf("envctl %s: exit %d, stdout %q, stderr %q; want %d and %q", args, code, out.String(), errb.String(), exitFailed, want)
+		if code != exitUsage || out.Len() != 0 || !strings.Contains(errb.String(), want) {
+			t.Errorf("envctl %s: exit %d, stdout %q, stderr %q; want %d and %q", args, code, out.String(), errb.String(), exitUsage, want)
 		}
 	}
 }

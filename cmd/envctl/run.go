@@ -81,14 +81,14 @@ func (f durationFlag) Set(v string) error {
 
 var runCommand = &command{
 	name:    "run",
-	args:    "[--pty] [--cwd DIR] [--env K=V|K]... [--tag TAG] [--timeout D] [--no-stdin] [--verbose] -- CMD [ARG...]",
+	args:    "[--pty] [--cwd DIR] [--env KEY=VALUE]... [--tag TAG] [--timeout DURATION] [--no-stdin] [--verbose] -- CMD [ARG...]",
 	summary: "run a command in the sandbox, streaming its output; exit with its code",
 	flags: func(fs *flag.FlagSet) any {
 		o := &runOpts{}
 		fs.BoolVar(&o.pty, "pty", false, "run in a pseudo-terminal: an interactive session (raw mode, resize)")
 		fs.BoolVar(&o.noStdin, "no-stdin", false, "give the command /dev/null as stdin instead of envctl's")
 		fs.StringVar(&o.cwd, "cwd", "", "working `DIR` (default: the user's home)")
-		fs.StringVar(&o.tag, "tag", "", "tag the process, for ps")
+		fs.StringVar(&o.tag, "tag", "", "tag the process with `TAG`, for ps")
 		fs.Var(durationFlag{&o.timeout}, "timeout", "kill the command after this `DURATION`, e.g. 30s or 5m (default: none)")
 		fs.Var(&o.env, "env", "set an environment variable, `KEY=VALUE`, or KEY for its local value (repeatable)")
 		fs.BoolVar(&o.verbose, "verbose", false, "once the command ends, say on stderr why it ended and what it used (CPU time, peak memory)")

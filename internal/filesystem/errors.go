@@ -30,6 +30,18 @@ func newErr(kind, cause error, format string, args ...any) error {
 	return errkind.New(kind, cause, format, args...)
 }
 
+// notFound is the error of a path that does not exist: the path as asked
+// and the system's words, "/a/b: no such file or directory". The kind says
+// it was not found, so the message does not say it again.
+func notFound(path string, err error) error {
+	cause := err
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		cause = pe.Err
+	}
+	return newErr(ErrNotFound, err, "%s: %v", path, cause)
+}
+
 // kindOf classifies an error from the operating system.
 func kindOf(err error) error {
 	var errno syscall.Errno

@@ -140,7 +140,7 @@ func (f *Files) Stat(u *identity.User, path string) (Entry, error) {
 		e, _, err = r.lstatEntry(path, newNameCache())
 		if err != nil {
 			if kindOf(err) == ErrNotFound {
-				return newErr(ErrNotFound, err, "file not found: %v", err)
+				return notFound(path, err)
 			}
 			return osErr(u.Name, "access", path, err)
 		}
@@ -234,7 +234,7 @@ func (f *Files) Move(u *identity.User, src, dst string) (Entry, error) {
 	err := f.write(u, func() error {
 		if _, err := os.Lstat(src); err != nil {
 			if kindOf(err) == ErrNotFound {
-				return newErr(ErrNotFound, err, "source file not found: rename %s %s: %v", src, dst, syscall.ENOENT)
+				return notFound(src, err)
 			}
 			return osErr(u.Name, "access", src, err)
 		}
@@ -263,7 +263,7 @@ func (f *Files) Move(u *identity.User, src, dst string) (Entry, error) {
 			}
 			switch kindOf(err) {
 			case ErrNotFound:
-				return newErr(ErrNotFound, err, "source file not found: %v", err)
+				return newErr(ErrNotFound, err, "%v", err)
 			case ErrPermission:
 				return newErr(ErrPermission, err, "permission denied: user '%s' may not move %s to %s: %v", u.Name, src, dst, cause)
 			case nil:
@@ -304,7 +304,7 @@ func (f *Files) ListDir(u *identity.User, dir string, depth uint32) ([]Entry, er
 		if err != nil {
 			switch kindOf(err) {
 			case ErrNotFound:
-				return newErr(ErrNotFound, err, "path not found: %v", err)
+				return notFound(dir, err)
 			case ErrLoop:
 				return newErr(ErrLoop, err, "path %s is a symlink loop: %v", dir, err)
 			}

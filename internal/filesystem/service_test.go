@@ -147,7 +147,7 @@ func TestStatErrors(t *testing.T) {
 			_, err := e.root.Stat(testutil.Context(t, waitLong), connect.NewRequest(&pb.StatRequest{Path: dir + "/nope"}))
 			return err
 		},
-			connect.CodeNotFound, []string{"file not found: lstat " + dir + "/nope: no such file or directory"}},
+			connect.CodeNotFound, []string{dir + "/nope: no such file or directory"}},
 		{"other user's home", func() error {
 			_, err := e.root.Stat(testutil.Context(t, waitLong), connect.NewRequest(&pb.StatRequest{Path: "~root/x"}))
 			return err
@@ -276,7 +276,7 @@ func TestMove(t *testing.T) {
 	priv := testutil.PrivateDir(t)
 	testutil.WriteFile(t, priv+"/secret", "s", 0o644)
 	_, err = e.root.Move(testutil.Context(t, waitLong), connect.NewRequest(&pb.MoveRequest{Source: dir + "/zzz", Destination: dir + "/yyy"}))
-	wantErr(t, err, connect.CodeNotFound, "source file not found: rename "+dir+"/zzz "+dir+"/yyy: no such file or directory")
+	wantErr(t, err, connect.CodeNotFound, dir+"/zzz: no such file or directory")
 	if _, err := os.Stat(dir + "/yyy"); err == nil {
 		t.Error("a failed move made the destination")
 	}
@@ -367,7 +367,7 @@ func TestListDir(t *testing.T) {
 		code connect.Code
 		msg  string
 	}{
-		{"missing", false, dir + "/nope", connect.CodeNotFound, "path not found"},
+		{"missing", false, dir + "/nope", connect.CodeNotFound, dir + "/nope: no such file or directory"},
 		{"a file", false, dir + "/a.txt", connect.CodeInvalidArgument, "path is not a directory: " + dir + "/a.txt"},
 		{"symlink loop", false, loopA, connect.CodeFailedPrecondition, "symlink loop"},
 		{"unreadable dir", true, priv, connect.CodePermissionDenied, "user 'user' may not list " + priv},

@@ -128,7 +128,7 @@ func (f *Files) Watch(u *identity.User, dir string, o WatchOptions) (*Watch, err
 		fi, err := r.stat(w.root)
 		if err != nil {
 			if kindOf(err) == ErrNotFound {
-				return newErr(ErrNotFound, err, "path %s not found: %v", dir, err)
+				return notFound(dir, err)
 			}
 			return osErr(u.Name, "watch", dir, err)
 		}
@@ -554,7 +554,7 @@ func (h *hub) loop(fw *fsnotify.Watcher, done chan struct{}) {
 				h.failAll(newErr(ErrLagging, err, "the kernel's queue of file change notifications overflowed (fs.inotify.max_queued_events) and events were lost; watch again"))
 				continue
 			}
-			h.log.Warn("file watch failed", "err", err)
+			h.log.Warn("file watch failed", "error", err)
 		}
 	}
 }

@@ -319,7 +319,7 @@ func TestWatchDirErrors(t *testing.T) {
 		code connect.Code
 		msg  string
 	}{
-		{"missing", false, dir + "/nowatch", connect.CodeNotFound, "path " + dir + "/nowatch not found"},
+		{"missing", false, dir + "/nowatch", connect.CodeNotFound, dir + "/nowatch: no such file or directory"},
 		{"a file", false, dir + "/file", connect.CodeInvalidArgument, "path " + dir + "/file is not a directory"},
 		{"other's home", false, "~root", connect.CodeInvalidArgument, ""},
 	}

@@ -52,7 +52,7 @@ func lookPath(file string, env []string, u *identity.User) (string, error) {
 	if denied != "" {
 		return "", fmt.Errorf("%s is not executable by %s, and no other %s is in PATH %s", denied, u.Name, file, path)
 	}
-	return "", fmt.Errorf("not in PATH %s", path)
+	return "", fmt.Errorf("executable not found in PATH %s", path)
 }
 
 // mayExecute tells whether u may execute the file fi describes, by its

@@ -263,7 +263,7 @@ func (m *Manager) command(o StartOptions) (*exec.Cmd, error) {
 	env := m.env(o)
 	path, err := lookPath(o.Config.Cmd, env, o.User)
 	if err != nil {
-		return nil, errorf(ErrInvalid, "%s: executable not found: %v", o.Config.Cmd, err)
+		return nil, errorf(ErrInvalid, "%s: %v", o.Config.Cmd, err)
 	}
 	cmd := exec.Command(path, o.Config.Args...)
 	cmd.Args[0] = o.Config.Cmd // argv[0] as named, as execvp gives it
@@ -390,7 +390,7 @@ func (p *Process) spawn(cmd *exec.Cmd, childEnds []*os.File, o StartOptions) (<-
 // once p's life ended: its cgroup may then be handed to another process.
 func (m *Manager) setOOMScore(p *Process) {
 	if err := cgroup.SetOOMScoreAdj(int(p.pid), m.opts.OOMScoreAdj); err != nil {
-		m.logger.Debug("cannot set a process's oom_score_adj", "pid", p.pid, "err", err)
+		m.logger.Debug("cannot set a process's oom_score_adj", "pid", p.pid, "error", err)
 		return
 	}
 	if p.cg == nil {
@@ -451,7 +451,7 @@ func (p *Process) startChild(cmd *exec.Cmd, o StartOptions) (<-chan reaper.Exit,
 	}
 	g, err := p.cgroups.Group(parent).NewChild()
 	if err != nil {
-		p.logger.Warn("cannot make a process's cgroup: starting it without one", "err", err)
+		p.logger.Warn("cannot make a process's cgroup: starting it without one", "error", err)
 		return reaper.Start(cmd)
 	}
 	var exitc <-chan reaper.Exit
@@ -462,7 +462,7 @@ func (p *Process) startChild(cmd *exec.Cmd, o StartOptions) (<-chan reaper.Exit,
 	})
 	if errors.Is(err, cgroup.ErrJoin) {
 		g.Remove()
-		p.logger.Warn("cannot place a process in its cgroup: starting it without one", "err", err)
+		p.logger.Warn("cannot place a process in its cgroup: starting it without one", "error", err)
 		if cmd.SysProcAttr != nil {
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = false, 0
 		}

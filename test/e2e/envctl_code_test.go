@@ -52,7 +52,7 @@ func TestEnvctlExecCode(t *testing.T) {
 	if r := envctl(t, nil, strings.NewReader("y = 'mine'\ny"), addr, "exec-code", "--context", cc.ID); r.code != 0 || r.stdout != "mine\n" {
 		t.Errorf("--context: %+v", r)
 	}
-	oneErrorLine(t, envctl(t, nil, strings.NewReader("1"), addr, "exec-code", "--context", "no-such-context"), "not found")
+	errorLine(t, envctl(t, nil, strings.NewReader("1"), addr, "exec-code", "--context", "no-such-context"), exitNotFound, "not found")
 	oneErrorLine(t, envctl(t, nil, strings.NewReader("1"), addr, "exec-code", "--lang", "cobol"), "available languages")
 
 	t.Run("interactive prompt keeps state", func(t *testing.T) {

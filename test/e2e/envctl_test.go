@@ -120,8 +120,9 @@ func oneErrorLine(t *testing.T, r ctlResult, want string) {
 	errorLine(t, r, 125, want)
 }
 
-// errorLine is oneErrorLine with another exit code: 126 for a command that
-// cannot be run, 127 for one that does not exist.
+// errorLine is oneErrorLine with another exit code: envctl's own (2 for a
+// bad command line, 3 for a refusal, 4 for what does not exist), 126 for a
+// command that cannot be run, 127 for one that does not exist.
 func errorLine(t *testing.T, r ctlResult, code int, want string) {
 	t.Helper()
 	if r.code != code || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "envctl: ") || !strings.Contains(r.stderr, want) {
@@ -594,7 +595,7 @@ func TestEnvctlFiles(t *testing.T) {
 		if code := waitExit(t, run); code != 128+9 {
 			t.Errorf("envctl run of the killed process: exit %d, want %d", code, 128+9)
 		}
-		oneErrorLine(t, envctl(t, nil, nil, addr, "kill", pid), "not found")
+		errorLine(t, envctl(t, nil, nil, addr, "kill", pid), exitNotFound, "process with pid "+pid+" ")
 	})
 	t.Run("watch", func(t *testing.T) {
 		wdir := filepath.Join(dir, "watched")
@@ -686,12 +687,13 @@ func TestEnvctlTransports(t *testing.T) {
 	}
 	t.Run("no token", func(t *testing.T) {
 		t.Parallel()
-		oneErrorLine(t, envctl(t, nil, nil, "--unix", e.sock, "ps"), "unauthenticated")
+		errorLine(t, envctl(t, nil, nil, "--unix", e.sock, "ps"), exitRefused, "list processes: unauthenticated: this envd requires an access token")
 	})
 }
 
-// TestEnvctlBadInput: every mistake is one line on stderr and exit 1, and
-// envd is left serving.
+// TestEnvctlBadInput: every mistake is one line on stderr, with the exit
+// code of its kind (a bad command line 2, a refusal 3, what does not exist
+// 4, any other failure 125), and envd is left serving.
 func TestEnvctlBadInput(t *testing.T) {
 	t.Parallel()
 	e := startEnvd(t, startOptions{args: []string{"-default-user", "root"}})
@@ -702,59 +704,60 @@ func TestEnvctlBadInput(t *testing.T) {
 		env  []string
 		args []string
 		want string
+		code int
 	}{
-		{"no command", nil, nil, "no command given"},
-		{"unknown command", nil, []string{"frobnicate"}, `unknown command "frobnicate"`},
-		{"unknown global flag", nil, []string{"--frob", "ps"}, "flag provided but not defined: -frob"},
-		{"unknown command flag", nil, []string{addr, "ps", "--frob"}, "flag provided but not defined: -frob"},
-		{"run without a command", nil, []string{addr, "run"}, "run: no command given"},
-		{"run with a bad timeout", nil, []string{addr, "run", "--timeout", "soon", "--", "true"}, `invalid value "soon"`},
-		{"run with a bad env", nil, []string{addr, "run", "--env", "=x", "--", "true"}, "want KEY=VALUE, or KEY for its local value"},
-		{"ps with an argument", nil, []string{addr, "ps", "x"}, `ps: unexpected argument "x"`},
-		{"an address of another scheme", nil, []string{"--addr", "ftp://127.0.0.1:1", "ps"}, `unsupported scheme "ftp": use http:// or https://`},
-		{"kill without a pid", nil, []string{addr, "kill"}, "kill: give exactly one PID"},
-		{"kill with a bad pid", nil, []string{addr, "kill", "abc"}, `"abc" is not a process id`},
-		{"kill with a bad signal", nil, []string{addr, "kill", "1", "--signal", "BOGUS"}, `unknown signal "BOGUS"`},
-		{"kill a missing process", nil, []string{addr, "kill", "999999999"}, "not found"},
-		{"ls of a missing path", nil, []string{addr, "ls", "/no/such/dir"}, "not found"},
-		{"ls with a bad depth", nil, []string{addr, "ls", "--depth", "0", "/tmp"}, "--depth 0"},
-		{"ls with two paths", nil, []string{addr, "ls", "/a", "/b"}, "at most one PATH"},
-		{"cat without a path", nil, []string{addr, "cat"}, "cat: no PATH given"},
-		{"cat of a missing file", nil, []string{addr, "cat", "/no/such/file"}, "path '/no/such/file' does not exist"},
-		{"cat of a directory", nil, []string{addr, "cat", "/tmp"}, "is a directory"},
-		{"cp with one argument", nil, []string{addr, "cp", "a"}, "cp: give SRC and DST"},
-		{"cp local to local", nil, []string{addr, "cp", "a", "b"}, "neither SRC nor DST is in the sandbox"},
-		{"cp remote to remote", nil, []string{addr, "cp", "envd:/a", "envd:/b"}, "both SRC and DST are in the sandbox"},
-		{"cp of a missing local file", nil, []string{addr, "cp", "/no/such/local", "envd:/tmp/x"}, "no such file or directory"},
-		{"cp of a missing remote file", nil, []string{addr, "cp", "envd:/no/such/remote", "/tmp/x"}, "path '/no/such/remote' does not exist"},
-		{"cp into a missing local dir", nil, []string{addr, "cp", "envd:/etc/hostname", "/no/such/dir/"}, "does not exist"},
-		{"cp of a local dir", nil, []string{addr, "cp", "/tmp", "envd:/tmp/x"}, "cp: -r not specified; omitting directory '/tmp'"},
-		{"cp of a sandbox dir", nil, []string{addr, "cp", "envd:/tmp", "/tmp/x"}, "cp: -r not specified; omitting directory 'envd:/tmp'"},
-		{"cp -r of a sandbox dir to stdout", nil, []string{addr, "cp", "-r", "envd:/tmp", "-"}, "cp: 'envd:/tmp' is a directory: it cannot go to stdout"},
-		{"cp -r of a dir onto a file", nil, []string{addr, "cp", "-r", "envd:/tmp", "/etc/hostname"}, "cannot overwrite non-directory '/etc/hostname' with directory 'envd:/tmp'"},
-		{"stat without a path", nil, []string{addr, "stat"}, "stat: no PATH given"},
-		{"stat of a missing path", nil, []string{addr, "stat", "/no/such/file"}, "not found"},
-		{"watch without a path", nil, []string{addr, "watch"}, "watch: give one PATH"},
-		{"watch of a missing dir", nil, []string{addr, "watch", "/no/such/dir"}, "not found"},
-		{"exec-code with two files", nil, []string{addr, "exec-code", "a", "b"}, "at most one FILE"},
-		{"exec-code with --lang and --context", nil, []string{addr, "exec-code", "--lang", "python", "--context", "x"}, "not both"},
-		{"exec-code of a missing file", nil, []string{addr, "exec-code", "/no/such/code.py"}, "no such file or directory"},
-		{"metrics with an argument", nil, []string{addr, "metrics", "x"}, "unexpected argument"},
-		{"bad --vsock", nil, []string{"--vsock", "three:49983", "health"}, `--vsock "three:49983": want CID:PORT`},
-		{"--vsock without a port", nil, []string{"--vsock", "3", "health"}, "want CID:PORT"},
-		{"bad --fc-uds", nil, []string{"--fc-uds", "/tmp/v.sock", "health"}, "want PATH:PORT"},
-		{"two transports", nil, []string{addr, "--unix", e.sock, "health"}, "give one of --addr, --unix"},
-		{"two transports in the environment", []string{"ENVCTL_ADDR=" + e.url, "ENVCTL_UNIX=" + e.sock}, []string{"health"}, "ENVCTL_ADDR, ENVCTL_UNIX"},
-		{"unreachable address", nil, []string{"--addr", unreachable, "health"}, "cannot reach envd at tcp 127.0.0.1:"},
-		{"unreachable address on run", nil, []string{"--addr", unreachable, "run", "--", "true"}, "connection refused"},
-		{"missing unix socket", nil, []string{"--unix", "/no/such.sock", "ps"}, "cannot reach envd at unix /no/such.sock: no such file or directory"},
-		{"missing Firecracker socket", nil, []string{"--fc-uds", "/no/such.sock:52", "ps"}, "cannot reach envd at firecracker vsock /no/such.sock port 52"},
-		{"unknown user", nil, []string{addr, "--user", "nobody-at-all", "run", "--", "true"}, "nobody-at-all"},
+		{"no command", nil, nil, "no command given", exitUsage},
+		{"unknown command", nil, []string{"frobnicate"}, `unknown command "frobnicate"`, exitUsage},
+		{"unknown global flag", nil, []string{"--frob", "ps"}, "flag provided but not defined: --frob", exitUsage},
+		{"unknown command flag", nil, []string{addr, "ps", "--frob"}, "flag provided but not defined: --frob", exitUsage},
+		{"run without a command", nil, []string{addr, "run"}, "run: no command given", exitUsage},
+		{"run with a bad timeout", nil, []string{addr, "run", "--timeout", "soon", "--", "true"}, `invalid value "soon"`, exitUsage},
+		{"run with a bad env", nil, []string{addr, "run", "--env", "=x", "--", "true"}, "want KEY=VALUE, or KEY for its local value", exitUsage},
+		{"ps with an argument", nil, []string{addr, "ps", "x"}, `ps: unexpected argument "x"`, exitUsage},
+		{"an address of another scheme", nil, []string{"--addr", "ftp://127.0.0.1:1", "ps"}, `unsupported scheme "ftp": use http:// or https://`, exitUsage},
+		{"kill without a pid", nil, []string{addr, "kill"}, "kill: give exactly one PID", exitUsage},
+		{"kill with a bad pid", nil, []string{addr, "kill", "abc"}, `"abc" is not a process id`, exitUsage},
+		{"kill with a bad signal", nil, []string{addr, "kill", "1", "--signal", "BOGUS"}, `unknown signal "BOGUS"`, exitUsage},
+		{"kill a missing process", nil, []string{addr, "kill", "999999999"}, "envctl: send SIGTERM to process 999999999: process with pid 999999999 not found\n", exitNotFound},
+		{"ls of a missing path", nil, []string{addr, "ls", "/no/such/dir"}, "envctl: stat /no/such/dir: not found: no such file or directory\n", exitNotFound},
+		{"ls with a bad depth", nil, []string{addr, "ls", "--depth", "0", "/tmp"}, "--depth 0", exitUsage},
+		{"ls with two paths", nil, []string{addr, "ls", "/a", "/b"}, "at most one PATH", exitUsage},
+		{"cat without a path", nil, []string{addr, "cat"}, "cat: no PATH given", exitUsage},
+		{"cat of a missing file", nil, []string{addr, "cat", "/no/such/file"}, "path '/no/such/file' does not exist", exitNotFound},
+		{"cat of a directory", nil, []string{addr, "cat", "/tmp"}, "is a directory", exitFailed},
+		{"cp with one argument", nil, []string{addr, "cp", "a"}, "cp: give SRC and DST", exitUsage},
+		{"cp local to local", nil, []string{addr, "cp", "a", "b"}, "neither SRC nor DST is in the sandbox", exitUsage},
+		{"cp remote to remote", nil, []string{addr, "cp", "envd:/a", "envd:/b"}, "both SRC and DST are in the sandbox", exitUsage},
+		{"cp of a missing local file", nil, []string{addr, "cp", "/no/such/local", "envd:/tmp/x"}, "no such file or directory", exitFailed},
+		{"cp of a missing remote file", nil, []string{addr, "cp", "envd:/no/such/remote", "/tmp/x"}, "path '/no/such/remote' does not exist", exitNotFound},
+		{"cp into a missing local dir", nil, []string{addr, "cp", "envd:/etc/hostname", "/no/such/dir/"}, "does not exist", exitFailed},
+		{"cp of a local dir", nil, []string{addr, "cp", "/tmp", "envd:/tmp/x"}, "cp: -r not specified; omitting directory '/tmp'", exitFailed},
+		{"cp of a sandbox dir", nil, []string{addr, "cp", "envd:/tmp", "/tmp/x"}, "cp: -r not specified; omitting directory 'envd:/tmp'", exitFailed},
+		{"cp -r of a sandbox dir to stdout", nil, []string{addr, "cp", "-r", "envd:/tmp", "-"}, "cp: 'envd:/tmp' is a directory: it cannot go to stdout", exitUsage},
+		{"cp -r of a dir onto a file", nil, []string{addr, "cp", "-r", "envd:/tmp", "/etc/hostname"}, "cannot overwrite non-directory '/etc/hostname' with directory 'envd:/tmp'", exitFailed},
+		{"stat without a path", nil, []string{addr, "stat"}, "stat: no PATH given", exitUsage},
+		{"stat of a missing path", nil, []string{addr, "stat", "/no/such/file"}, "envctl: stat /no/such/file: not found: no such file or directory\n", exitNotFound},
+		{"watch without a path", nil, []string{addr, "watch"}, "watch: give one PATH", exitUsage},
+		{"watch of a missing dir", nil, []string{addr, "watch", "/no/such/dir"}, "envctl: watch /no/such/dir: not found: no such file or directory\n", exitNotFound},
+		{"exec-code with two files", nil, []string{addr, "exec-code", "a", "b"}, "at most one FILE", exitUsage},
+		{"exec-code with --lang and --context", nil, []string{addr, "exec-code", "--lang", "python", "--context", "x"}, "not both", exitUsage},
+		{"exec-code of a missing file", nil, []string{addr, "exec-code", "/no/such/code.py"}, "no such file or directory", exitFailed},
+		{"metrics with an argument", nil, []string{addr, "metrics", "x"}, "unexpected argument", exitUsage},
+		{"bad --vsock", nil, []string{"--vsock", "three:49983", "health"}, `--vsock "three:49983": want CID:PORT`, exitUsage},
+		{"--vsock without a port", nil, []string{"--vsock", "3", "health"}, "want CID:PORT", exitUsage},
+		{"bad --fc-uds", nil, []string{"--fc-uds", "/tmp/v.sock", "health"}, "want PATH:PORT", exitUsage},
+		{"two transports", nil, []string{addr, "--unix", e.sock, "health"}, "give one of --addr, --unix", exitUsage},
+		{"two transports in the environment", []string{"ENVCTL_ADDR=" + e.url, "ENVCTL_UNIX=" + e.sock}, []string{"health"}, "ENVCTL_ADDR, ENVCTL_UNIX", exitUsage},
+		{"unreachable address", nil, []string{"--addr", unreachable, "health"}, "cannot reach envd at tcp 127.0.0.1:", exitFailed},
+		{"unreachable address on run", nil, []string{"--addr", unreachable, "run", "--", "true"}, "connection refused", exitFailed},
+		{"missing unix socket", nil, []string{"--unix", "/no/such.sock", "ps"}, "cannot reach envd at unix /no/such.sock: no such file or directory", exitFailed},
+		{"missing Firecracker socket", nil, []string{"--fc-uds", "/no/such.sock:52", "ps"}, "cannot reach envd at firecracker vsock /no/such.sock port 52", exitFailed},
+		{"unknown user", nil, []string{addr, "--user", "nobody-at-all", "run", "--", "true"}, "nobody-at-all", exitRefused},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			oneErrorLine(t, envctl(t, tt.env, nil, tt.args...), tt.want)
+			errorLine(t, envctl(t, tt.env, nil, tt.args...), tt.code, tt.want)
 		})
 	}
 	if !e.alive() {

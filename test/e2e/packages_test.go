@@ -98,8 +98,8 @@ func TestPackages(t *testing.T) {
 	r = envctl(t, nil, nil, addr, "pkg", "rm", dist)
 	errorLine(t, r, 1, "pip: "+dist+" is not installed")
 	oneErrorLine(t, envctl(t, nil, nil, addr, "pkg", "add", "--manager", "apt", "Not_A_Debian_Name"), "not a Debian package name")
-	oneErrorLine(t, envctl(t, nil, nil, addr, "pkg", "add", "--manager", "cobol", "x"), `--manager "cobol": give pip, npm, r or apt`)
-	oneErrorLine(t, envctl(t, nil, nil, addr, "pkg", "ls", "--source", wheels), "--source is for pkg add")
+	errorLine(t, envctl(t, nil, nil, addr, "pkg", "add", "--manager", "cobol", "x"), exitUsage, `--manager "cobol": give pip, npm, r or apt`)
+	errorLine(t, envctl(t, nil, nil, addr, "pkg", "ls", "--source", wheels), exitUsage, "--source is for pkg add")
 
 	if err := c.Init(ctx, client.InitOptions{EnvVars: map[string]string{"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0"}}); err != nil {
 		t.Fatal(err)
