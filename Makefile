@@ -33,7 +33,9 @@ build: ## build bin/envd, static
 	CGO_ENABLED=0 go build -buildvcs=auto -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/envd ./cmd/envd
 
 .PHONY: run
-run: deps build ## install what is missing, then run envd with Jupyter on localhost
+# What only the tests use (the SDKs' npm tree, test tools) waits for make test.
+run: export ENVD_SKIP_COMPAT := 1
+run: deps build ## install what running envd needs, then run envd with Jupyter on localhost
 	$(BIN)/envd -host $(HOST) -forward-ports=$(FORWARD_PORTS) -mmds-url off $(ENVD_FLAGS)
 
 .PHONY: test

@@ -487,7 +487,7 @@ install_compat() {
 	# npm ci writes node_modules/.package-lock.json; it is newer than the lock when up to date.
 	local stamp=$dir/node_modules/.package-lock.json
 	if [[ ! -f $stamp || $dir/package-lock.json -nt $stamp ]]; then
-		log "npm ci in test/compat"
+		log "npm ci in test/compat: the SDKs the tests drive (minutes on a first run, seconds after)"
 		(cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 		note "compat npm ci"
 	fi
