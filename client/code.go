@@ -144,6 +144,11 @@ type ExecOptions struct {
 	// execution (its state was lost, packages it imported changed); it
 	// comes before the code's own output.
 	OnNotice func(Notice)
+	// OnQueued is called, before Execute returns, while the code waits
+	// for another execution on its context to end (executions of a
+	// context run one at a time): behind is that execution's id. It may
+	// be called again, for the next one, when the wait is long.
+	OnQueued func(behind string)
 }
 
 // NoticeKind says what a Notice is about. Its values are the wire's
@@ -435,10 +440,12 @@ func (r *Execution) next() (ExecEvent, bool) {
 			r.err = streamError(r.ctx, r.op, err)
 			return ExecEvent{}, false
 		}
-		if ev.GetSeq() < r.nextSeq && ev.GetKeepalive() == nil {
+		// Keepalives and queued are not events of the execution: no seq.
+		numbered := ev.GetKeepalive() == nil && ev.GetQueued() == nil
+		if ev.GetSeq() < r.nextSeq && numbered {
 			continue // already seen, before a reattach
 		}
-		if ev.GetKeepalive() == nil {
+		if numbered {
 			r.nextSeq = ev.GetSeq() + 1
 		}
 		out := ExecEvent{Seq: ev.GetSeq()}
@@ -468,6 +475,15 @@ func (r *Execution) next() (ExecEvent, bool) {
 			out.Error = &CodeError{Name: e.Error.GetName(), Value: e.Error.GetValue(), Traceback: e.Error.GetTraceback()}
 		case *ipb.ExecutionEvent_Notice:
 			out.Notice = &Notice{Kind: NoticeKind(e.Notice.GetKind()), Text: e.Notice.GetText(), Time: e.Notice.GetAt().AsTime()}
+		case *ipb.ExecutionEvent_Queued:
+			if r.res.ID == "" {
+				// Known before started: a broken stream can reattach.
+				r.res.ID, r.res.ContextID = e.Queued.GetExecutionId(), e.Queued.GetContextId()
+			}
+			if r.opts.OnQueued != nil {
+				r.opts.OnQueued(e.Queued.GetBehindExecutionId())
+			}
+			continue
 		case *ipb.ExecutionEvent_End:
 			r.res.Reason = EndReason(e.End.GetReason())
 			r.res.Message = e.End.GetMessage()

@@ -205,6 +205,7 @@ func (x *executor) exec(ctx context.Context, code string) (*client.ExecResult, e
 		opts.OnStdout = func(o client.Output) { x.emit(outputJSON{Type: "stdout", Text: o.Text, Time: o.Time}) }
 		opts.OnStderr = func(o client.Output) { x.emit(outputJSON{Type: "stderr", Text: o.Text, Time: o.Time}) }
 		opts.OnNotice = func(n client.Notice) { x.emit(toNoticeJSON(n)) }
+		opts.OnQueued = func(behind string) { x.emit(queuedJSON{Type: "queued", Behind: behind}) }
 		opts.OnError = func(ce client.CodeError) {
 			x.emit(codeErrorJSON{Type: "error", Name: ce.Name, Value: ce.Value, Traceback: ce.Traceback})
 		}
@@ -212,6 +213,9 @@ func (x *executor) exec(ctx context.Context, code string) (*client.ExecResult, e
 		opts.OnStdout = func(o client.Output) { io.WriteString(x.e.stdout, o.Text) }
 		opts.OnStderr = func(o client.Output) { io.WriteString(x.e.stderr, o.Text) }
 		opts.OnNotice = func(n client.Notice) { fmt.Fprintf(x.e.stderr, "envctl: note: %s\n", n.Text) }
+		opts.OnQueued = func(behind string) {
+			fmt.Fprintf(x.e.stderr, "envctl: waiting for execution %s in this context\n", behind)
+		}
 		opts.OnError = func(ce client.CodeError) {
 			if ce.Traceback != "" {
 				fmt.Fprintln(x.e.stderr, formatTraceback(ce.Traceback, x.color))

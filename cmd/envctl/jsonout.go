@@ -209,3 +209,9 @@ func toEndJSON(res *client.ExecResult) endJSON {
 
 // snake writes a name of words in snake_case: "timed out" is "timed_out".
 func snake(s string) string { return strings.ReplaceAll(s, " ", "_") }
+
+// queuedJSON says the code waits behind another execution of its context.
+type queuedJSON struct {
+	Type   string `json:"type"` // "queued"
+	Behind string `json:"behind_execution_id"`
+}

@@ -99,6 +99,25 @@ func newExecution(e *Engine, c *Context, req ExecuteRequest, setEnv string) *Exe
 // before it was stored.
 func (x *Execution) Started() *Started { return x.started.Load() }
 
+// WaitsFor returns the id of the execution x waits behind: the one that
+// has x's context now, while x is queued. "" once x has the context (or
+// between two executions, as the context passes from one to the next).
+func (x *Execution) WaitsFor() string {
+	if x.started.Load() != nil {
+		return ""
+	}
+	x.mu.Lock()
+	ended := x.end != nil
+	x.mu.Unlock()
+	if ended {
+		return ""
+	}
+	if cur := x.c.Current(); cur != nil && cur != x {
+		return cur.ID
+	}
+	return ""
+}
+
 // FollowFrom returns a Reader of the execution's events, like Follow,
 // after checking that seq is one a reader can have reached: 0, or at most
 // one past the last event stored (which must not be the end). Else the

@@ -1,6 +1,8 @@
 package e2e_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -52,6 +54,41 @@ func TestEnvctlExecCode(t *testing.T) {
 	if r := envctl(t, nil, strings.NewReader("y = 'mine'\ny"), addr, "exec-code", "--context", cc.ID); r.code != 0 || r.stdout != "mine\n" {
 		t.Errorf("--context: %+v", r)
 	}
+	t.Run("code queued behind another says so", func(t *testing.T) {
+		// The first execution holds the context until the test lets it go.
+		gate := filepath.Join(t.TempDir(), "go")
+		first, err := c.Execute(ctx, fmt.Sprintf("import os, time\nwhile not os.path.exists(%q): time.sleep(0.02)", gate),
+			client.ExecOptions{ContextID: cc.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(envctlBin(t), addr, "exec-code", "--context", cc.ID, "-")
+		cmd.Env = ctlEnv()
+		cmd.Stdin = strings.NewReader("print('after')")
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(stderr).ReadString('\n')
+		if want := "envctl: waiting for execution " + first.ID() + " in this context\n"; line != want {
+			t.Errorf("stderr %q (%v), want %q", line, err, want)
+		}
+		if err := os.WriteFile(gate, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rest, _ := io.ReadAll(stderr)
+		if err := cmd.Wait(); err != nil || out.String() != "after\n" {
+			t.Errorf("the queued run: %v, stdout %q, stderr %q", err, out.String(), rest)
+		}
+		if res, err := first.Wait(); err != nil || res.Reason != client.EndOK {
+			t.Errorf("the first run: %+v, %v", res, err)
+		}
+	})
 	errorLine(t, envctl(t, nil, strings.NewReader("1"), addr, "exec-code", "--context", "no-such-context"), exitNotFound, "not found")
 	oneErrorLine(t, envctl(t, nil, strings.NewReader("1"), addr, "exec-code", "--lang", "cobol"), "available languages")
 

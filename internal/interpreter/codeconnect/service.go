@@ -225,6 +225,22 @@ func (s *Service) AttachExecution(ctx context.Context, req *connect.Request[pb.A
 func (s *Service) follow(ctx context.Context, x *interpreter.Execution, rd *interpreter.Reader, from uint64, keepalive time.Duration, send func(*pb.ExecutionEvent) error) error {
 	defer rd.Close()
 	next := from // the seq of the next event to send
+	// While the execution waits behind another one, say so: at once,
+	// then with a keepalive when the one it waits for changed.
+	behind := ""
+	queued := func() error {
+		b := x.WaitsFor()
+		if next > 0 || b == "" || b == behind {
+			return nil
+		}
+		behind = b
+		return send(&pb.ExecutionEvent{Event: &pb.ExecutionEvent_Queued{Queued: &pb.Queued{
+			ExecutionId: x.ID, ContextId: x.ContextID, BehindExecutionId: b,
+		}}})
+	}
+	if err := queued(); err != nil {
+		return err
+	}
 	return streamloop.Loop{
 		Clock:     s.clock,
 		Keepalive: keepalive,
@@ -273,6 +289,9 @@ func (s *Service) follow(ctx context.Context, x *interpreter.Execution, rd *inte
 			return len(evs) > 0, nil
 		},
 		SendKeepalive: func() error {
+			if err := queued(); err != nil {
+				return err
+			}
 			return send(&pb.ExecutionEvent{Event: &pb.ExecutionEvent_Keepalive{Keepalive: &pb.Keepalive{}}})
 		},
 	}.Run(ctx)

@@ -478,6 +478,7 @@ type ExecutionEvent struct {
 	//	*ExecutionEvent_End
 	//	*ExecutionEvent_Keepalive
 	//	*ExecutionEvent_Notice
+	//	*ExecutionEvent_Queued
 	Event         isExecutionEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -599,6 +600,15 @@ func (x *ExecutionEvent) GetNotice() *Notice {
 	return nil
 }
 
+func (x *ExecutionEvent) GetQueued() *Queued {
+	if x != nil {
+		if x, ok := x.Event.(*ExecutionEvent_Queued); ok {
+			return x.Queued
+		}
+	}
+	return nil
+}
+
 type isExecutionEvent_Event interface {
 	isExecutionEvent_Event()
 }
@@ -635,6 +645,10 @@ type ExecutionEvent_Notice struct {
 	Notice *Notice `protobuf:"bytes,9,opt,name=notice,proto3,oneof"`
 }
 
+type ExecutionEvent_Queued struct {
+	Queued *Queued `protobuf:"bytes,10,opt,name=queued,proto3,oneof"`
+}
+
 func (*ExecutionEvent_Started) isExecutionEvent_Event() {}
 
 func (*ExecutionEvent_Stdout) isExecutionEvent_Event() {}
@@ -650,6 +664,8 @@ func (*ExecutionEvent_End) isExecutionEvent_Event() {}
 func (*ExecutionEvent_Keepalive) isExecutionEvent_Event() {}
 
 func (*ExecutionEvent_Notice) isExecutionEvent_Event() {}
+
+func (*ExecutionEvent_Queued) isExecutionEvent_Event() {}
 
 // Started comes first.
 type Started struct {
@@ -984,6 +1000,72 @@ func (*Keepalive) Descriptor() ([]byte, []int) {
 	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{11}
 }
 
+// Queued says, before started, that the execution waits for another one on
+// its context to end (executions of a context run one at a time, in
+// order). Like keepalive it is not an event of the execution: its seq is 0.
+// It comes when the stream opens, and with a later keepalive when the
+// execution it waits for has changed.
+type Queued struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ExecutionId string                 `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	ContextId   string                 `protobuf:"bytes,2,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	// behind_execution_id is the execution running on the context now.
+	BehindExecutionId string `protobuf:"bytes,3,opt,name=behind_execution_id,json=behindExecutionId,proto3" json:"behind_execution_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Queued) Reset() {
+	*x = Queued{}
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Queued) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Queued) ProtoMessage() {}
+
+func (x *Queued) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Queued.ProtoReflect.Descriptor instead.
+func (*Queued) Descriptor() ([]byte, []int) {
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Queued) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *Queued) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+func (x *Queued) GetBehindExecutionId() string {
+	if x != nil {
+		return x.BehindExecutionId
+	}
+	return ""
+}
+
 // Notice tells the code's author what happened to the context since its
 // last execution, before the code's own output: its state was lost, or
 // packages it had imported changed. (The HTTP API writes it as a line on
@@ -1001,7 +1083,7 @@ type Notice struct {
 
 func (x *Notice) Reset() {
 	*x = Notice{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[12]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1095,7 @@ func (x *Notice) String() string {
 func (*Notice) ProtoMessage() {}
 
 func (x *Notice) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[12]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1108,7 @@ func (x *Notice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notice.ProtoReflect.Descriptor instead.
 func (*Notice) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{12}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Notice) GetKind() NoticeKind {
@@ -1059,7 +1141,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[13]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1153,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[13]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1166,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{13}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InterruptRequest) GetContextId() string {
@@ -1102,7 +1184,7 @@ type InterruptResponse struct {
 
 func (x *InterruptResponse) Reset() {
 	*x = InterruptResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[14]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1196,7 @@ func (x *InterruptResponse) String() string {
 func (*InterruptResponse) ProtoMessage() {}
 
 func (x *InterruptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[14]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1209,7 @@ func (x *InterruptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptResponse.ProtoReflect.Descriptor instead.
 func (*InterruptResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{14}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{15}
 }
 
 type CreateContextRequest struct {
@@ -1142,7 +1224,7 @@ type CreateContextRequest struct {
 
 func (x *CreateContextRequest) Reset() {
 	*x = CreateContextRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[15]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1236,7 @@ func (x *CreateContextRequest) String() string {
 func (*CreateContextRequest) ProtoMessage() {}
 
 func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[15]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1249,7 @@ func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextRequest.ProtoReflect.Descriptor instead.
 func (*CreateContextRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{15}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateContextRequest) GetLanguage() string {
@@ -1193,7 +1275,7 @@ type CreateContextResponse struct {
 
 func (x *CreateContextResponse) Reset() {
 	*x = CreateContextResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[16]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1287,7 @@ func (x *CreateContextResponse) String() string {
 func (*CreateContextResponse) ProtoMessage() {}
 
 func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[16]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1300,7 @@ func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextResponse.ProtoReflect.Descriptor instead.
 func (*CreateContextResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{16}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateContextResponse) GetContext() *Context {
@@ -1236,7 +1318,7 @@ type ListContextsRequest struct {
 
 func (x *ListContextsRequest) Reset() {
 	*x = ListContextsRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[17]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1330,7 @@ func (x *ListContextsRequest) String() string {
 func (*ListContextsRequest) ProtoMessage() {}
 
 func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[17]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1343,7 @@ func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
 func (*ListContextsRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{17}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{18}
 }
 
 type ListContextsResponse struct {
@@ -1273,7 +1355,7 @@ type ListContextsResponse struct {
 
 func (x *ListContextsResponse) Reset() {
 	*x = ListContextsResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[18]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1367,7 @@ func (x *ListContextsResponse) String() string {
 func (*ListContextsResponse) ProtoMessage() {}
 
 func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[18]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1380,7 @@ func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
 func (*ListContextsResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{18}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListContextsResponse) GetContexts() []*Context {
@@ -1317,7 +1399,7 @@ type RestartContextRequest struct {
 
 func (x *RestartContextRequest) Reset() {
 	*x = RestartContextRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[19]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1411,7 @@ func (x *RestartContextRequest) String() string {
 func (*RestartContextRequest) ProtoMessage() {}
 
 func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[19]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1424,7 @@ func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextRequest.ProtoReflect.Descriptor instead.
 func (*RestartContextRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{19}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RestartContextRequest) GetContextId() string {
@@ -1361,7 +1443,7 @@ type RestartContextResponse struct {
 
 func (x *RestartContextResponse) Reset() {
 	*x = RestartContextResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[20]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1373,7 +1455,7 @@ func (x *RestartContextResponse) String() string {
 func (*RestartContextResponse) ProtoMessage() {}
 
 func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[20]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1386,7 +1468,7 @@ func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextResponse.ProtoReflect.Descriptor instead.
 func (*RestartContextResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{20}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RestartContextResponse) GetContext() *Context {
@@ -1405,7 +1487,7 @@ type RemoveContextRequest struct {
 
 func (x *RemoveContextRequest) Reset() {
 	*x = RemoveContextRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[21]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1499,7 @@ func (x *RemoveContextRequest) String() string {
 func (*RemoveContextRequest) ProtoMessage() {}
 
 func (x *RemoveContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[21]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1512,7 @@ func (x *RemoveContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveContextRequest.ProtoReflect.Descriptor instead.
 func (*RemoveContextRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{21}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RemoveContextRequest) GetContextId() string {
@@ -1448,7 +1530,7 @@ type RemoveContextResponse struct {
 
 func (x *RemoveContextResponse) Reset() {
 	*x = RemoveContextResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[22]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1460,7 +1542,7 @@ func (x *RemoveContextResponse) String() string {
 func (*RemoveContextResponse) ProtoMessage() {}
 
 func (x *RemoveContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[22]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1473,7 +1555,7 @@ func (x *RemoveContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveContextResponse.ProtoReflect.Descriptor instead.
 func (*RemoveContextResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{22}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{23}
 }
 
 type ListLanguagesRequest struct {
@@ -1484,7 +1566,7 @@ type ListLanguagesRequest struct {
 
 func (x *ListLanguagesRequest) Reset() {
 	*x = ListLanguagesRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[23]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1578,7 @@ func (x *ListLanguagesRequest) String() string {
 func (*ListLanguagesRequest) ProtoMessage() {}
 
 func (x *ListLanguagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[23]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1591,7 @@ func (x *ListLanguagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLanguagesRequest.ProtoReflect.Descriptor instead.
 func (*ListLanguagesRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{23}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{24}
 }
 
 type ListLanguagesResponse struct {
@@ -1521,7 +1603,7 @@ type ListLanguagesResponse struct {
 
 func (x *ListLanguagesResponse) Reset() {
 	*x = ListLanguagesResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[24]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1615,7 @@ func (x *ListLanguagesResponse) String() string {
 func (*ListLanguagesResponse) ProtoMessage() {}
 
 func (x *ListLanguagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[24]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1628,7 @@ func (x *ListLanguagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLanguagesResponse.ProtoReflect.Descriptor instead.
 func (*ListLanguagesResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{24}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListLanguagesResponse) GetLanguages() []*Language {
@@ -1584,7 +1666,7 @@ type Language struct {
 
 func (x *Language) Reset() {
 	*x = Language{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[25]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1678,7 @@ func (x *Language) String() string {
 func (*Language) ProtoMessage() {}
 
 func (x *Language) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[25]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1691,7 @@ func (x *Language) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Language.ProtoReflect.Descriptor instead.
 func (*Language) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{25}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Language) GetLanguage() string {
@@ -1669,7 +1751,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[26]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1763,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[26]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1776,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{26}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CompleteRequest) GetContextId() string {
@@ -1732,7 +1814,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[27]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1826,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[27]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1839,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{27}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CompleteResponse) GetMatches() []string {
@@ -1801,7 +1883,7 @@ type CompletionType struct {
 
 func (x *CompletionType) Reset() {
 	*x = CompletionType{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[28]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +1895,7 @@ func (x *CompletionType) String() string {
 func (*CompletionType) ProtoMessage() {}
 
 func (x *CompletionType) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[28]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +1908,7 @@ func (x *CompletionType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionType.ProtoReflect.Descriptor instead.
 func (*CompletionType) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{28}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CompletionType) GetText() string {
@@ -1866,7 +1948,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[29]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +1960,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[29]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +1973,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{29}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *InspectRequest) GetContextId() string {
@@ -1937,7 +2019,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[30]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2031,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[30]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2044,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{30}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *InspectResponse) GetFound() bool {
@@ -1996,7 +2078,7 @@ type ListVariablesRequest struct {
 
 func (x *ListVariablesRequest) Reset() {
 	*x = ListVariablesRequest{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[31]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2090,7 @@ func (x *ListVariablesRequest) String() string {
 func (*ListVariablesRequest) ProtoMessage() {}
 
 func (x *ListVariablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[31]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2103,7 @@ func (x *ListVariablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVariablesRequest.ProtoReflect.Descriptor instead.
 func (*ListVariablesRequest) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{31}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListVariablesRequest) GetContextId() string {
@@ -2044,7 +2126,7 @@ type ListVariablesResponse struct {
 
 func (x *ListVariablesResponse) Reset() {
 	*x = ListVariablesResponse{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[32]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2138,7 @@ func (x *ListVariablesResponse) String() string {
 func (*ListVariablesResponse) ProtoMessage() {}
 
 func (x *ListVariablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[32]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2151,7 @@ func (x *ListVariablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVariablesResponse.ProtoReflect.Descriptor instead.
 func (*ListVariablesResponse) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{32}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListVariablesResponse) GetVariables() []*Variable {
@@ -2117,7 +2199,7 @@ type Variable struct {
 
 func (x *Variable) Reset() {
 	*x = Variable{}
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[33]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2211,7 @@ func (x *Variable) String() string {
 func (*Variable) ProtoMessage() {}
 
 func (x *Variable) ProtoReflect() protoreflect.Message {
-	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[33]
+	mi := &file_envd_interpreter_v1_interpreter_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2224,7 @@ func (x *Variable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Variable.ProtoReflect.Descriptor instead.
 func (*Variable) Descriptor() ([]byte, []int) {
-	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{33}
+	return file_envd_interpreter_v1_interpreter_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Variable) GetName() string {
@@ -2213,7 +2295,7 @@ const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x19\n" +
 	"\bfrom_seq\x18\x02 \x01(\x04R\afromSeq\"T\n" +
 	"\x17AttachExecutionResponse\x129\n" +
-	"\x05event\x18\x01 \x01(\v2#.envd.interpreter.v1.ExecutionEventR\x05event\"\xe3\x03\n" +
+	"\x05event\x18\x01 \x01(\v2#.envd.interpreter.v1.ExecutionEventR\x05event\"\x9a\x04\n" +
 	"\x0eExecutionEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x128\n" +
 	"\astarted\x18\x02 \x01(\v2\x1c.envd.interpreter.v1.StartedH\x00R\astarted\x125\n" +
@@ -2223,7 +2305,9 @@ const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
 	"\x05error\x18\x06 \x01(\v2\x1a.envd.interpreter.v1.ErrorH\x00R\x05error\x12,\n" +
 	"\x03end\x18\a \x01(\v2\x18.envd.interpreter.v1.EndH\x00R\x03end\x12>\n" +
 	"\tkeepalive\x18\b \x01(\v2\x1e.envd.interpreter.v1.KeepaliveH\x00R\tkeepalive\x125\n" +
-	"\x06notice\x18\t \x01(\v2\x1b.envd.interpreter.v1.NoticeH\x00R\x06noticeB\a\n" +
+	"\x06notice\x18\t \x01(\v2\x1b.envd.interpreter.v1.NoticeH\x00R\x06notice\x125\n" +
+	"\x06queued\x18\n" +
+	" \x01(\v2\x1b.envd.interpreter.v1.QueuedH\x00R\x06queuedB\a\n" +
 	"\x05event\"t\n" +
 	"\aStarted\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1d\n" +
@@ -2247,7 +2331,12 @@ const file_envd_interpreter_v1_interpreter_proto_rawDesc = "" +
 	"\x03End\x126\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1e.envd.interpreter.v1.EndReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\v\n" +
-	"\tKeepalive\"}\n" +
+	"\tKeepalive\"z\n" +
+	"\x06Queued\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x02 \x01(\tR\tcontextId\x12.\n" +
+	"\x13behind_execution_id\x18\x03 \x01(\tR\x11behindExecutionId\"}\n" +
 	"\x06Notice\x123\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1f.envd.interpreter.v1.NoticeKindR\x04kind\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12*\n" +
@@ -2372,7 +2461,7 @@ func file_envd_interpreter_v1_interpreter_proto_rawDescGZIP() []byte {
 }
 
 var file_envd_interpreter_v1_interpreter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_envd_interpreter_v1_interpreter_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_envd_interpreter_v1_interpreter_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_envd_interpreter_v1_interpreter_proto_goTypes = []any{
 	(EndReason)(0),                  // 0: envd.interpreter.v1.EndReason
 	(NoticeKind)(0),                 // 1: envd.interpreter.v1.NoticeKind
@@ -2388,37 +2477,38 @@ var file_envd_interpreter_v1_interpreter_proto_goTypes = []any{
 	(*Error)(nil),                   // 11: envd.interpreter.v1.Error
 	(*End)(nil),                     // 12: envd.interpreter.v1.End
 	(*Keepalive)(nil),               // 13: envd.interpreter.v1.Keepalive
-	(*Notice)(nil),                  // 14: envd.interpreter.v1.Notice
-	(*InterruptRequest)(nil),        // 15: envd.interpreter.v1.InterruptRequest
-	(*InterruptResponse)(nil),       // 16: envd.interpreter.v1.InterruptResponse
-	(*CreateContextRequest)(nil),    // 17: envd.interpreter.v1.CreateContextRequest
-	(*CreateContextResponse)(nil),   // 18: envd.interpreter.v1.CreateContextResponse
-	(*ListContextsRequest)(nil),     // 19: envd.interpreter.v1.ListContextsRequest
-	(*ListContextsResponse)(nil),    // 20: envd.interpreter.v1.ListContextsResponse
-	(*RestartContextRequest)(nil),   // 21: envd.interpreter.v1.RestartContextRequest
-	(*RestartContextResponse)(nil),  // 22: envd.interpreter.v1.RestartContextResponse
-	(*RemoveContextRequest)(nil),    // 23: envd.interpreter.v1.RemoveContextRequest
-	(*RemoveContextResponse)(nil),   // 24: envd.interpreter.v1.RemoveContextResponse
-	(*ListLanguagesRequest)(nil),    // 25: envd.interpreter.v1.ListLanguagesRequest
-	(*ListLanguagesResponse)(nil),   // 26: envd.interpreter.v1.ListLanguagesResponse
-	(*Language)(nil),                // 27: envd.interpreter.v1.Language
-	(*CompleteRequest)(nil),         // 28: envd.interpreter.v1.CompleteRequest
-	(*CompleteResponse)(nil),        // 29: envd.interpreter.v1.CompleteResponse
-	(*CompletionType)(nil),          // 30: envd.interpreter.v1.CompletionType
-	(*InspectRequest)(nil),          // 31: envd.interpreter.v1.InspectRequest
-	(*InspectResponse)(nil),         // 32: envd.interpreter.v1.InspectResponse
-	(*ListVariablesRequest)(nil),    // 33: envd.interpreter.v1.ListVariablesRequest
-	(*ListVariablesResponse)(nil),   // 34: envd.interpreter.v1.ListVariablesResponse
-	(*Variable)(nil),                // 35: envd.interpreter.v1.Variable
-	nil,                             // 36: envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
-	nil,                             // 37: envd.interpreter.v1.Result.DataEntry
-	nil,                             // 38: envd.interpreter.v1.InspectResponse.DataEntry
-	(*durationpb.Duration)(nil),     // 39: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 40: google.protobuf.Timestamp
+	(*Queued)(nil),                  // 14: envd.interpreter.v1.Queued
+	(*Notice)(nil),                  // 15: envd.interpreter.v1.Notice
+	(*InterruptRequest)(nil),        // 16: envd.interpreter.v1.InterruptRequest
+	(*InterruptResponse)(nil),       // 17: envd.interpreter.v1.InterruptResponse
+	(*CreateContextRequest)(nil),    // 18: envd.interpreter.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),   // 19: envd.interpreter.v1.CreateContextResponse
+	(*ListContextsRequest)(nil),     // 20: envd.interpreter.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),    // 21: envd.interpreter.v1.ListContextsResponse
+	(*RestartContextRequest)(nil),   // 22: envd.interpreter.v1.RestartContextRequest
+	(*RestartContextResponse)(nil),  // 23: envd.interpreter.v1.RestartContextResponse
+	(*RemoveContextRequest)(nil),    // 24: envd.interpreter.v1.RemoveContextRequest
+	(*RemoveContextResponse)(nil),   // 25: envd.interpreter.v1.RemoveContextResponse
+	(*ListLanguagesRequest)(nil),    // 26: envd.interpreter.v1.ListLanguagesRequest
+	(*ListLanguagesResponse)(nil),   // 27: envd.interpreter.v1.ListLanguagesResponse
+	(*Language)(nil),                // 28: envd.interpreter.v1.Language
+	(*CompleteRequest)(nil),         // 29: envd.interpreter.v1.CompleteRequest
+	(*CompleteResponse)(nil),        // 30: envd.interpreter.v1.CompleteResponse
+	(*CompletionType)(nil),          // 31: envd.interpreter.v1.CompletionType
+	(*InspectRequest)(nil),          // 32: envd.interpreter.v1.InspectRequest
+	(*InspectResponse)(nil),         // 33: envd.interpreter.v1.InspectResponse
+	(*ListVariablesRequest)(nil),    // 34: envd.interpreter.v1.ListVariablesRequest
+	(*ListVariablesResponse)(nil),   // 35: envd.interpreter.v1.ListVariablesResponse
+	(*Variable)(nil),                // 36: envd.interpreter.v1.Variable
+	nil,                             // 37: envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
+	nil,                             // 38: envd.interpreter.v1.Result.DataEntry
+	nil,                             // 39: envd.interpreter.v1.InspectResponse.DataEntry
+	(*durationpb.Duration)(nil),     // 40: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 41: google.protobuf.Timestamp
 }
 var file_envd_interpreter_v1_interpreter_proto_depIdxs = []int32{
-	36, // 0: envd.interpreter.v1.ExecuteRequest.env_vars:type_name -> envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
-	39, // 1: envd.interpreter.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	37, // 0: envd.interpreter.v1.ExecuteRequest.env_vars:type_name -> envd.interpreter.v1.ExecuteRequest.EnvVarsEntry
+	40, // 1: envd.interpreter.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
 	7,  // 2: envd.interpreter.v1.ExecuteResponse.event:type_name -> envd.interpreter.v1.ExecutionEvent
 	7,  // 3: envd.interpreter.v1.AttachExecutionResponse.event:type_name -> envd.interpreter.v1.ExecutionEvent
 	8,  // 4: envd.interpreter.v1.ExecutionEvent.started:type_name -> envd.interpreter.v1.Started
@@ -2428,46 +2518,47 @@ var file_envd_interpreter_v1_interpreter_proto_depIdxs = []int32{
 	11, // 8: envd.interpreter.v1.ExecutionEvent.error:type_name -> envd.interpreter.v1.Error
 	12, // 9: envd.interpreter.v1.ExecutionEvent.end:type_name -> envd.interpreter.v1.End
 	13, // 10: envd.interpreter.v1.ExecutionEvent.keepalive:type_name -> envd.interpreter.v1.Keepalive
-	14, // 11: envd.interpreter.v1.ExecutionEvent.notice:type_name -> envd.interpreter.v1.Notice
-	40, // 12: envd.interpreter.v1.Output.timestamp:type_name -> google.protobuf.Timestamp
-	37, // 13: envd.interpreter.v1.Result.data:type_name -> envd.interpreter.v1.Result.DataEntry
-	0,  // 14: envd.interpreter.v1.End.reason:type_name -> envd.interpreter.v1.EndReason
-	1,  // 15: envd.interpreter.v1.Notice.kind:type_name -> envd.interpreter.v1.NoticeKind
-	40, // 16: envd.interpreter.v1.Notice.at:type_name -> google.protobuf.Timestamp
-	2,  // 17: envd.interpreter.v1.CreateContextResponse.context:type_name -> envd.interpreter.v1.Context
-	2,  // 18: envd.interpreter.v1.ListContextsResponse.contexts:type_name -> envd.interpreter.v1.Context
-	2,  // 19: envd.interpreter.v1.RestartContextResponse.context:type_name -> envd.interpreter.v1.Context
-	27, // 20: envd.interpreter.v1.ListLanguagesResponse.languages:type_name -> envd.interpreter.v1.Language
-	30, // 21: envd.interpreter.v1.CompleteResponse.types:type_name -> envd.interpreter.v1.CompletionType
-	38, // 22: envd.interpreter.v1.InspectResponse.data:type_name -> envd.interpreter.v1.InspectResponse.DataEntry
-	35, // 23: envd.interpreter.v1.ListVariablesResponse.variables:type_name -> envd.interpreter.v1.Variable
-	3,  // 24: envd.interpreter.v1.InterpreterService.Execute:input_type -> envd.interpreter.v1.ExecuteRequest
-	5,  // 25: envd.interpreter.v1.InterpreterService.AttachExecution:input_type -> envd.interpreter.v1.AttachExecutionRequest
-	15, // 26: envd.interpreter.v1.InterpreterService.Interrupt:input_type -> envd.interpreter.v1.InterruptRequest
-	17, // 27: envd.interpreter.v1.InterpreterService.CreateContext:input_type -> envd.interpreter.v1.CreateContextRequest
-	19, // 28: envd.interpreter.v1.InterpreterService.ListContexts:input_type -> envd.interpreter.v1.ListContextsRequest
-	21, // 29: envd.interpreter.v1.InterpreterService.RestartContext:input_type -> envd.interpreter.v1.RestartContextRequest
-	23, // 30: envd.interpreter.v1.InterpreterService.RemoveContext:input_type -> envd.interpreter.v1.RemoveContextRequest
-	25, // 31: envd.interpreter.v1.InterpreterService.ListLanguages:input_type -> envd.interpreter.v1.ListLanguagesRequest
-	28, // 32: envd.interpreter.v1.InterpreterService.Complete:input_type -> envd.interpreter.v1.CompleteRequest
-	31, // 33: envd.interpreter.v1.InterpreterService.Inspect:input_type -> envd.interpreter.v1.InspectRequest
-	33, // 34: envd.interpreter.v1.InterpreterService.ListVariables:input_type -> envd.interpreter.v1.ListVariablesRequest
-	4,  // 35: envd.interpreter.v1.InterpreterService.Execute:output_type -> envd.interpreter.v1.ExecuteResponse
-	6,  // 36: envd.interpreter.v1.InterpreterService.AttachExecution:output_type -> envd.interpreter.v1.AttachExecutionResponse
-	16, // 37: envd.interpreter.v1.InterpreterService.Interrupt:output_type -> envd.interpreter.v1.InterruptResponse
-	18, // 38: envd.interpreter.v1.InterpreterService.CreateContext:output_type -> envd.interpreter.v1.CreateContextResponse
-	20, // 39: envd.interpreter.v1.InterpreterService.ListContexts:output_type -> envd.interpreter.v1.ListContextsResponse
-	22, // 40: envd.interpreter.v1.InterpreterService.RestartContext:output_type -> envd.interpreter.v1.RestartContextResponse
-	24, // 41: envd.interpreter.v1.InterpreterService.RemoveContext:output_type -> envd.interpreter.v1.RemoveContextResponse
-	26, // 42: envd.interpreter.v1.InterpreterService.ListLanguages:output_type -> envd.interpreter.v1.ListLanguagesResponse
-	29, // 43: envd.interpreter.v1.InterpreterService.Complete:output_type -> envd.interpreter.v1.CompleteResponse
-	32, // 44: envd.interpreter.v1.InterpreterService.Inspect:output_type -> envd.interpreter.v1.InspectResponse
-	34, // 45: envd.interpreter.v1.InterpreterService.ListVariables:output_type -> envd.interpreter.v1.ListVariablesResponse
-	35, // [35:46] is the sub-list for method output_type
-	24, // [24:35] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	15, // 11: envd.interpreter.v1.ExecutionEvent.notice:type_name -> envd.interpreter.v1.Notice
+	14, // 12: envd.interpreter.v1.ExecutionEvent.queued:type_name -> envd.interpreter.v1.Queued
+	41, // 13: envd.interpreter.v1.Output.timestamp:type_name -> google.protobuf.Timestamp
+	38, // 14: envd.interpreter.v1.Result.data:type_name -> envd.interpreter.v1.Result.DataEntry
+	0,  // 15: envd.interpreter.v1.End.reason:type_name -> envd.interpreter.v1.EndReason
+	1,  // 16: envd.interpreter.v1.Notice.kind:type_name -> envd.interpreter.v1.NoticeKind
+	41, // 17: envd.interpreter.v1.Notice.at:type_name -> google.protobuf.Timestamp
+	2,  // 18: envd.interpreter.v1.CreateContextResponse.context:type_name -> envd.interpreter.v1.Context
+	2,  // 19: envd.interpreter.v1.ListContextsResponse.contexts:type_name -> envd.interpreter.v1.Context
+	2,  // 20: envd.interpreter.v1.RestartContextResponse.context:type_name -> envd.interpreter.v1.Context
+	28, // 21: envd.interpreter.v1.ListLanguagesResponse.languages:type_name -> envd.interpreter.v1.Language
+	31, // 22: envd.interpreter.v1.CompleteResponse.types:type_name -> envd.interpreter.v1.CompletionType
+	39, // 23: envd.interpreter.v1.InspectResponse.data:type_name -> envd.interpreter.v1.InspectResponse.DataEntry
+	36, // 24: envd.interpreter.v1.ListVariablesResponse.variables:type_name -> envd.interpreter.v1.Variable
+	3,  // 25: envd.interpreter.v1.InterpreterService.Execute:input_type -> envd.interpreter.v1.ExecuteRequest
+	5,  // 26: envd.interpreter.v1.InterpreterService.AttachExecution:input_type -> envd.interpreter.v1.AttachExecutionRequest
+	16, // 27: envd.interpreter.v1.InterpreterService.Interrupt:input_type -> envd.interpreter.v1.InterruptRequest
+	18, // 28: envd.interpreter.v1.InterpreterService.CreateContext:input_type -> envd.interpreter.v1.CreateContextRequest
+	20, // 29: envd.interpreter.v1.InterpreterService.ListContexts:input_type -> envd.interpreter.v1.ListContextsRequest
+	22, // 30: envd.interpreter.v1.InterpreterService.RestartContext:input_type -> envd.interpreter.v1.RestartContextRequest
+	24, // 31: envd.interpreter.v1.InterpreterService.RemoveContext:input_type -> envd.interpreter.v1.RemoveContextRequest
+	26, // 32: envd.interpreter.v1.InterpreterService.ListLanguages:input_type -> envd.interpreter.v1.ListLanguagesRequest
+	29, // 33: envd.interpreter.v1.InterpreterService.Complete:input_type -> envd.interpreter.v1.CompleteRequest
+	32, // 34: envd.interpreter.v1.InterpreterService.Inspect:input_type -> envd.interpreter.v1.InspectRequest
+	34, // 35: envd.interpreter.v1.InterpreterService.ListVariables:input_type -> envd.interpreter.v1.ListVariablesRequest
+	4,  // 36: envd.interpreter.v1.InterpreterService.Execute:output_type -> envd.interpreter.v1.ExecuteResponse
+	6,  // 37: envd.interpreter.v1.InterpreterService.AttachExecution:output_type -> envd.interpreter.v1.AttachExecutionResponse
+	17, // 38: envd.interpreter.v1.InterpreterService.Interrupt:output_type -> envd.interpreter.v1.InterruptResponse
+	19, // 39: envd.interpreter.v1.InterpreterService.CreateContext:output_type -> envd.interpreter.v1.CreateContextResponse
+	21, // 40: envd.interpreter.v1.InterpreterService.ListContexts:output_type -> envd.interpreter.v1.ListContextsResponse
+	23, // 41: envd.interpreter.v1.InterpreterService.RestartContext:output_type -> envd.interpreter.v1.RestartContextResponse
+	25, // 42: envd.interpreter.v1.InterpreterService.RemoveContext:output_type -> envd.interpreter.v1.RemoveContextResponse
+	27, // 43: envd.interpreter.v1.InterpreterService.ListLanguages:output_type -> envd.interpreter.v1.ListLanguagesResponse
+	30, // 44: envd.interpreter.v1.InterpreterService.Complete:output_type -> envd.interpreter.v1.CompleteResponse
+	33, // 45: envd.interpreter.v1.InterpreterService.Inspect:output_type -> envd.interpreter.v1.InspectResponse
+	35, // 46: envd.interpreter.v1.InterpreterService.ListVariables:output_type -> envd.interpreter.v1.ListVariablesResponse
+	36, // [36:47] is the sub-list for method output_type
+	25, // [25:36] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_envd_interpreter_v1_interpreter_proto_init() }
@@ -2484,17 +2575,18 @@ func file_envd_interpreter_v1_interpreter_proto_init() {
 		(*ExecutionEvent_End)(nil),
 		(*ExecutionEvent_Keepalive)(nil),
 		(*ExecutionEvent_Notice)(nil),
+		(*ExecutionEvent_Queued)(nil),
 	}
-	file_envd_interpreter_v1_interpreter_proto_msgTypes[26].OneofWrappers = []any{}
-	file_envd_interpreter_v1_interpreter_proto_msgTypes[29].OneofWrappers = []any{}
-	file_envd_interpreter_v1_interpreter_proto_msgTypes[33].OneofWrappers = []any{}
+	file_envd_interpreter_v1_interpreter_proto_msgTypes[27].OneofWrappers = []any{}
+	file_envd_interpreter_v1_interpreter_proto_msgTypes[30].OneofWrappers = []any{}
+	file_envd_interpreter_v1_interpreter_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_envd_interpreter_v1_interpreter_proto_rawDesc), len(file_envd_interpreter_v1_interpreter_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
