@@ -15,6 +15,8 @@
 #   FUZZPARALLEL      fuzzing workers per target (default 2)
 #   FUZZTIMEOUT       go test -timeout of each target (default FUZZTIME plus
 #                     10m; 1h when FUZZTIME is a count)
+#   FUZZSKIP          target names not to run, separated by spaces (e.g. the
+#                     ones a long run already covered)
 #
 # Go 1.26's fuzzing coordinator may end a duration-limited run with a bare
 # "context deadline exceeded" failure at FUZZTIME, having found nothing (a
@@ -67,6 +69,7 @@ while read -r dir; do
 	shopt -u nullglob
 	((${#files[@]})) || continue
 	while read -r name; do
+		[[ " ${FUZZSKIP:-} " == *" $name "* ]] && continue
 		targets+=("${dir#"$PWD"/} $name")
 	done < <(sed -nE 's/^func (Fuzz[A-Za-z0-9_]*)\([A-Za-z_][A-Za-z0-9_]* \*testing\.F\).*/\1/p' "${files[@]}" | sort -u)
 done < <(go list -f '{{.Dir}}' ./...)
