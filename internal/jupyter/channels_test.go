@@ -8,8 +8,10 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // TestKernelChannels: a kernel of the server is known by its ZeroMQ
@@ -42,6 +44,11 @@ func TestKernelChannels(t *testing.T) {
 		t.Errorf("the user's listener %d counted among the kernel's channels %v", user, ports)
 	}
 	outsideEphemeral(t, ports)
+	for _, p := range ports {
+		if !reserved(t, p) {
+			t.Errorf("kernel port %d is not reserved while its kernel runs", p)
+		}
+	}
 	if got := shared.sup.KernelChannels(os.Getpid()); got != nil {
 		t.Errorf("KernelChannels(the test) = %v", got)
 	}
@@ -87,5 +94,56 @@ func outsideEphemeral(t *testing.T, ports []uint16) {
 		if p >= lo && p <= hi {
 			t.Errorf("kernel port %d is in the ephemeral range %d-%d", p, lo, hi)
 		}
+	}
+}
+
+// reserved tells whether a Jupyter server of this network namespace holds
+// port's reservation (kernel_ports.py: the abstract unix socket named after
+// it), which keeps other servers from handing it out too.
+func reserved(t *testing.T, port uint16) bool {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	err = syscall.Bind(fd, &syscall.SockaddrUnix{Name: fmt.Sprintf("@envd-kernel-port-%d", port)})
+	if err != nil && err != syscall.EADDRINUSE {
+		t.Fatalf("bind the reservation of port %d: %v", port, err)
+	}
+	return err == syscall.EADDRINUSE
+}
+
+// TestKernelPortsReleased: the ports of a kernel that was shut down are
+// no longer reserved, so that a long-lived server does not run out.
+func TestKernelPortsReleased(t *testing.T) {
+	t.Parallel()
+	ctx := testutil.Context(t, kernelTimeout)
+	m, err := shared.client.StartKernel(ctx, "python3", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := shared.client.Connect(ctx, m.ID, jupyter.KernelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, execute(t, k, "1"))
+	ports := shared.sup.KernelChannels(pidOf(t, k))
+	k.Close()
+	if len(ports) != 5 {
+		t.Fatalf("channels %v", ports)
+	}
+	if err := shared.client.DeleteKernel(ctx, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !testutil.PollFor(10*time.Second, func() bool {
+		for _, p := range ports {
+			if reserved(t, p) {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Errorf("ports %v still reserved after their kernel was shut down", ports)
 	}
 }

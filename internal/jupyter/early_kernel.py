@@ -25,9 +25,17 @@ def _envd_find_available_port(self, ip):
     return port
 
 
+def _envd_return_port(self, port):
+    _envd_LocalPortCache._envd_orig_return_port(self, port)
+    if port not in self.currently_used_ports:
+        _envd_release_port(port)
+
+
 if not hasattr(_envd_LocalPortCache, "_envd_orig_find_available_port"):
     _envd_LocalPortCache._envd_orig_find_available_port = _envd_LocalPortCache.find_available_port
+    _envd_LocalPortCache._envd_orig_return_port = _envd_LocalPortCache.return_port
     _envd_LocalPortCache.find_available_port = _envd_find_available_port
+    _envd_LocalPortCache.return_port = _envd_return_port
 
 _envd_port_keys = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 

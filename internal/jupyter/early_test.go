@@ -101,6 +101,11 @@ func TestEarlyKernelTakenOver(t *testing.T) {
 	if want := strconv.Itoa(early) + "\n" + file + "\n" + dir + "\n"; r.stdout != want {
 		t.Fatalf("the kernel says %q, want the early kernel: %q", r.stdout, want)
 	}
+	for _, p := range s.KernelChannels(early) {
+		if !reserved(t, p) {
+			t.Errorf("the early kernel's port %d is not reserved", p)
+		}
+	}
 	outsideEphemeral(t, s.KernelChannels(early))
 	waitDirect(t, k)
 	if r, ok := directSent(t, k, "y * 6"); !ok || mustOK(t, r).text() != "42\n" {
