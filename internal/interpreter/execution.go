@@ -384,6 +384,7 @@ func (x *Execution) run(ticket fifo.Ticket) {
 		m, err := je.Next(actx)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
+				r.explainDenoFailure(actx)
 				r.finishRun()
 				return
 			}
