@@ -43,13 +43,16 @@ type codeExec struct {
 // sharedEnv is what commands and kernels both get on top of their own
 // basics (a login's HOME, USER, SHELL...): one PATH (identity.SandboxPath
 // with the shared virtual environment first), the virtual environment and
-// R library (Packages.Env), and the locale: envd's LANG, else C.UTF-8.
-func sharedEnv(pkgs defaults.Packages) map[string]string {
+// R library (Packages.Env), the locale (envd's LANG, else C.UTF-8), and
+// failFast, the package managers' settings for giving up soon when no
+// index answers (defaults.FailFastEnv).
+func sharedEnv(pkgs defaults.Packages, failFast map[string]string) map[string]string {
 	env := pkgs.Env(identity.SandboxPath())
 	if _, ok := env["PATH"]; !ok {
 		env["PATH"] = identity.SandboxPath()
 	}
 	env["LANG"] = locale()
+	maps.Copy(env, failFast)
 	return env
 }
 
@@ -117,9 +120,11 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults, place fu
 	if err != nil {
 		return nil, fmt.Errorf("package locations: %w", err)
 	}
-	shared := sharedEnv(pkgs)
+	failFast, kept := defaults.FailFastEnv(defaults.FindFailFastFiles(pkgs.PythonVenv))
+	shared := sharedEnv(pkgs, failFast)
 	defs.SetBaseEnv(shared)
 	log.Info("package locations", "python_venv", pkgs.PythonVenv, "r_library", pkgs.RLibrary)
+	log.Info("package managers' retries for code and commands", "set", slices.Sorted(maps.Keys(failFast)), "left_to_config", kept)
 	if cfg.NoJupyter {
 		c.adapters(log, defs)
 		return c, nil
@@ -141,7 +146,7 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults, place fu
 		// VIRTUAL_ENV), no R_LIBS, and R's site libraries without the
 		// one install-deps.sh gives the sandbox user.
 		pkgs = defaults.Packages{}
-		shared = sharedEnv(pkgs)
+		shared = sharedEnv(pkgs, failFast)
 		rootREnv(shared)
 	}
 	// The startup files stay envd's; only the IPython profile is the

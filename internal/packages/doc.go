@@ -40,6 +40,13 @@
 // namespaces) and asks the code engine (Kernels) which running contexts
 // loaded them: those are stale, and are told so.
 //
+// An install that fetches from a package index first checks that one of
+// the indexes the manager would use answers (see reach.go): offline, it
+// fails at once with "no package index reachable at INDEX: WHY" rather
+// than after the manager's retries. A failed installer's error carries
+// the one line of its output that says why (lastError); the stream has
+// the rest.
+//
 // Errors match one of the Err* kinds (or context.DeadlineExceeded) with
 // errors.Is; the Connect adapter (pkgconnect) maps them in one place.
 package packages

@@ -3,6 +3,7 @@ package packages
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -73,6 +74,16 @@ type plan struct {
 	// probes are the listings of what kernels load that the operation may
 	// change; nil: none.
 	probes []probe
+	// network says, given what the manager saw before, whether the
+	// commands fetch from a package index (see reach.go); nil: they do
+	// not.
+	network func(before []Package) netNeed
+	// indexes returns the indexes the manager would fetch from; nil, or
+	// none returned: nothing to check.
+	indexes func(ctx context.Context) ([]index, error)
+	// fetches: the request names packages to fetch from an index (no
+	// local source): the indexes are checked early, beside the listing.
+	fetches bool
 }
 
 // probe lists, with what kernels load of them, the packages of one
@@ -129,6 +140,21 @@ func (in *Installer) execute(ctx context.Context, life time.Duration, p *plan, o
 	timer := in.opts.Clock.AfterFunc(life, func() { cancel(context.DeadlineExceeded) }, "packages", "deadline")
 	defer timer.Stop("packages", "deadline")
 
+	// An install of names is checked for an index while the listing
+	// before it runs: each asks the manager (a Python or node start).
+	var early <-chan string
+	if p.fetches && p.indexes != nil {
+		ectx, ecancel := context.WithCancel(ctx)
+		c := make(chan string, 1)
+		go func() { c <- in.unreachableIndexes(ectx, p) }()
+		early = c
+		defer func() {
+			ecancel()
+			if early != nil {
+				<-early // not taken: it ends at once, cancelled
+			}
+		}()
+	}
 	before, err := p.t.list(ctx, true)
 	if err != nil {
 		return nil, fmt.Errorf("before the %s: %w", p.verb, err)
@@ -150,6 +176,25 @@ func (in *Installer) execute(ctx context.Context, life time.Duration, p *plan, o
 	if len(cmds) == 0 {
 		return &Result{}, nil
 	}
+	need := netNone
+	if p.network != nil {
+		need = p.network(before)
+	}
+	if need == netNeeded {
+		var why string
+		if early != nil {
+			select {
+			case why = <-early:
+				early = nil
+			case <-ctx.Done():
+			}
+		} else {
+			why = in.unreachableIndexes(ctx, p)
+		}
+		if why != "" {
+			return nil, errorf(ErrFailed, "%s; %s did not run (%s)", why, commandName(cmds[len(cmds)-1]), localHint[p.m])
+		}
+	}
 	for _, c := range cmds {
 		op.started(c)
 		info, err := run(ctx, c, op.out.Write)
@@ -157,6 +202,13 @@ func (in *Installer) execute(ctx context.Context, life time.Duration, p *plan, o
 			return nil, startError(p.verb, c, err)
 		}
 		if err := exitError(ctx, commandName(c), info); err != nil {
+			if need == netMaybe && errors.Is(err, ErrFailed) {
+				// A local file's dependencies come from an index: say
+				// when none was there to give them.
+				if why := in.unreachableIndexes(ctx, p); why != "" {
+					return nil, errorf(ErrFailed, "%s; %w", why, err)
+				}
+			}
 			return nil, err
 		}
 	}
@@ -185,6 +237,32 @@ func (in *Installer) execute(ctx context.Context, life time.Duration, p *plan, o
 		res.Stale = append(res.Stale, in.stale(ctx, pr.lang, p.m, was, now)...)
 	}
 	return res, nil
+}
+
+// localHint says, after "did not run", how to install without an index.
+var localHint = map[Manager]string{
+	PIP: "a wheel or sdist file, or a directory of them, as source needs no index",
+	NPM: "an npm tarball as source needs no registry",
+	R:   "an R source package as source needs no repository",
+	APT: "a .deb file as source needs no archive",
+}
+
+// unreachableIndexes checks the indexes p's manager would fetch from (see
+// reach.go): "" when one answers, or when there is nothing to check or
+// the manager could not say which (then the manager runs, and says what
+// it finds).
+func (in *Installer) unreachableIndexes(ctx context.Context, p *plan) string {
+	if p.indexes == nil {
+		return ""
+	}
+	idx, err := p.indexes(ctx)
+	if err != nil {
+		if ctx.Err() == nil { // not merely cancelled: no longer needed
+			in.log.Warn("cannot tell which package indexes the installer would use; not checking them", "manager", string(p.m), "error", err)
+		}
+		return ""
+	}
+	return unreachable(ctx, idx)
 }
 
 // commandName names a command in messages: "pip install", "apt-get

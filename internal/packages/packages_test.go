@@ -30,8 +30,10 @@ func testLogger() *slog.Logger {
 }
 
 // hangingIndex is a package index that accepts connections and never
-// answers: pip waits on it until it is killed. It returns the index's URL
-// and a channel that receives each connection's end (pip gone).
+// answers: pip waits on it until it is killed. It returns the index's URL,
+// a channel that receives each connection that sent a request (pip's; not
+// envd's check that the index is reachable, which sends nothing), and one
+// that receives each such connection's end (pip gone).
 func hangingIndex(t *testing.T) (url string, accepted <-chan net.Conn, closed <-chan struct{}) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -46,10 +48,13 @@ func hangingIndex(t *testing.T) (url string, accepted <-chan net.Conn, closed <-
 			if err != nil {
 				return
 			}
-			acc <- c
 			go func() {
+				defer c.Close()
+				if _, err := c.Read(make([]byte, 1)); err != nil {
+					return // closed without a request: envd's check
+				}
+				acc <- c
 				io.Copy(io.Discard, c) // until pip's end closes it
-				c.Close()
 				gone <- struct{}{}
 			}()
 		}

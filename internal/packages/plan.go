@@ -65,7 +65,7 @@ func (in *Installer) planInstall(ctx context.Context, req InstallRequest) (*plan
 	if err != nil {
 		return nil, err
 	}
-	p := &plan{m: m, verb: "install", t: t}
+	p := &plan{m: m, verb: "install", t: t, fetches: req.Source == ""}
 	switch m {
 	case PIP:
 		in.planPipInstall(p, req, src)
@@ -247,6 +247,39 @@ func (in *Installer) planPipInstall(p *plan, req InstallRequest, src *source) {
 	c := t.command("/", nil, args...)
 	p.probes = []probe{{lang: "python", own: true}}
 	p.commands = func([]Package) ([]command, error) { return []command{c}, nil }
+	switch {
+	case src != nil && src.dir:
+		// --no-index: the directory is the only source.
+	case src != nil:
+		p.network = func([]Package) netNeed { return netMaybe }
+	default:
+		specs := slices.Clone(req.Packages)
+		p.network = func(before []Package) netNeed {
+			if !req.Upgrade && satisfied(PIP, specs, before) {
+				return netNone // pip finds every requirement installed
+			}
+			return netNeeded
+		}
+	}
+	p.indexes = t.pipIndexes
+}
+
+// satisfied tells whether every spec is installed, at its version when
+// it names one, as the copy the manager uses: then installing it without
+// an upgrade changes nothing and fetches nothing. A name with extras may
+// need more: not satisfied.
+func satisfied(m Manager, specs []Spec, before []Package) bool {
+	used := effective(m, before)
+	for _, s := range specs {
+		if strings.Contains(s.Name, "[") {
+			return false
+		}
+		got, ok := used[nameKey(m, s.Name)]
+		if !ok || (s.Version != "" && normVersion(m, s.Version) != normVersion(m, got.Version)) {
+			return false
+		}
+	}
+	return true
 }
 
 func (in *Installer) planNpmInstall(p *plan, req InstallRequest, src *source) {
@@ -276,41 +309,67 @@ func (in *Installer) planNpmInstall(p *plan, req InstallRequest, src *source) {
 		}
 		return []command{t.command(t.where, nil, append(args, todo...)...)}, nil
 	}
+	// Only what is to be installed runs: a name left alone is not
+	// fetched, so it is never what is checked.
+	var names []string
+	if src != nil {
+		p.network = func([]Package) netNeed { return netMaybe }
+		names = []string{src.name}
+	} else {
+		p.network = func([]Package) netNeed { return netNeeded }
+		for _, s := range specs {
+			names = append(names, s.Name)
+		}
+	}
+	p.indexes = func(ctx context.Context) ([]index, error) { return t.npmIndexes(ctx, names) }
 }
 
-// rInstall installs packages into a library, from a repository or a
-// local source package, and fails (exit 1) unless each is then installed:
-// install.packages only warns when one fails. Without upgrade, a package
-// installed in any library is left as it is.
+// rInstall installs packages into a library, from a repository (see
+// rRepos) or a local source package, and fails (exit 1) unless each is
+// then installed: install.packages only warns when one fails. Its last
+// line, "envd: ...", says why for envd's error (see lastError): R's
+// warning or error on one line (that it could not reach a repository's
+// index, the root of the others, first), else what is not installed.
+// Without upgrade, a package installed in any library is left as it is.
 //
-// Arguments: the library, "1" to upgrade, the source ("" for none), the
-// package names (the source's own with a source).
+// It is passed in the variable rInstallVar, so that the command the
+// operation shows is one line: Rscript -e rEval LIB UPGRADE SOURCE
+// NAMES..., with the library, "1" to upgrade, the source ("" for none),
+// and the package names (the source's own with a source).
 const rInstall = `args <- commandArgs(trailingOnly = TRUE)
 lib <- args[[1]]; upgrade <- args[[2]] == "1"; src <- args[[3]]; pkgs <- args[-(1:3)]
 options(warn = 1)
 installed <- function(p, where = NULL) nzchar(system.file(package = p, lib.loc = where))
 failures <- character()
 note <- function(w) failures <<- c(failures, conditionMessage(w))
+install <- function(...) tryCatch(withCallingHandlers(install.packages(...), warning = note),
+  error = function(e) { message("Error: ", conditionMessage(e)); note(e) })
 if (nzchar(src)) {
-  withCallingHandlers(install.packages(src, lib = lib, repos = NULL, type = "source"), warning = note)
+  install(src, lib = lib, repos = NULL, type = "source")
 } else {
   todo <- if (upgrade) pkgs else pkgs[!vapply(pkgs, installed, TRUE)]
-  if (length(todo)) {
-    repos <- getOption("repos")
-    if (is.null(repos) || any(repos == "@CRAN@")) repos <- c(CRAN = "https://cloud.r-project.org")
-    withCallingHandlers(install.packages(todo, lib = lib, repos = repos), warning = note)
-  }
+  if (length(todo)) install(todo, lib = lib, repos = ` + rRepos + `)
 }
 missing <- pkgs[!vapply(pkgs, function(p) installed(p, lib) || (!upgrade && !nzchar(src) && installed(p)), TRUE)]
-if (length(missing)) message("envd: not installed in ", lib, ": ", paste(missing, collapse = ", "))
+if (length(failures)) {
+  first <- failures[grepl("^unable to access index", failures)]
+  why <- if (length(first)) first[[1]] else failures[[length(failures)]]
+  message("envd: ", gsub("\\s*\n\\s*", " ", sub("\n\n.*", "", why)))
+} else if (length(missing)) {
+  message("envd: not installed in ", lib, ": ", paste(missing, collapse = ", "))
+}
 if (length(failures) || length(missing)) quit(status = 1)
 `
 
 // rRemove removes packages from a library. Arguments: the library, the
 // names.
-const rRemove = `args <- commandArgs(trailingOnly = TRUE)
-remove.packages(args[-1], lib = args[[1]])
-`
+const rRemove = `args <- commandArgs(trailingOnly = TRUE); remove.packages(args[-1], lib = args[[1]])`
+
+// rInstallVar holds rInstall for the command, which rEval runs.
+const rInstallVar = "ENVD_R_INSTALL"
+
+// rEval is the expression Rscript runs: the script in rInstallVar.
+const rEval = `eval(parse(text = Sys.getenv("` + rInstallVar + `")))`
 
 func (in *Installer) planRInstall(p *plan, req InstallRequest, src *source) {
 	t := p.t
@@ -318,7 +377,7 @@ func (in *Installer) planRInstall(p *plan, req InstallRequest, src *source) {
 	if req.Upgrade {
 		up = "1"
 	}
-	args := []string{t.exe, "--no-init-file", "-e", rInstall, t.where, up}
+	args := []string{t.exe, "--no-init-file", "-e", rEval, t.where, up}
 	if src != nil {
 		args = append(args, src.path, src.name)
 	} else {
@@ -327,9 +386,21 @@ func (in *Installer) planRInstall(p *plan, req InstallRequest, src *source) {
 			args = append(args, s.Name)
 		}
 	}
-	c := t.command("/", nil, args...)
+	c := t.command("/", map[string]string{rInstallVar: rInstall}, args...)
 	p.probes = []probe{{lang: "r", own: true}}
 	p.commands = func([]Package) ([]command, error) { return []command{c}, nil }
+	if src == nil {
+		// install.packages with repos = NULL takes nothing from a
+		// repository: only names do.
+		specs := slices.Clone(req.Packages)
+		p.network = func(before []Package) netNeed {
+			if !req.Upgrade && satisfied(R, specs, before) {
+				return netNone // the script leaves installed packages alone
+			}
+			return netNeeded
+		}
+		p.indexes = t.rIndexes
+	}
 }
 
 // aptOptions are the options of every apt-get that changes packages: no
@@ -392,6 +463,19 @@ func (in *Installer) planAptInstall(p *plan, req InstallRequest, src *source) {
 		}
 		return []command{install}, nil
 	}
+	specs := slices.Clone(req.Packages)
+	p.network = func(before []Package) netNeed {
+		switch {
+		case src == nil && !haveAptLists():
+			return netNeeded // apt-get update fetches the lists
+		case src == nil && !req.Upgrade && !pinned && satisfied(APT, specs, before):
+			return netNone // --no-upgrade of what is installed
+		}
+		// The .debs may be in apt's cache, and a file's dependencies may
+		// be installed: checked only to explain a failure.
+		return netMaybe
+	}
+	p.indexes = t.aptIndexes
 }
 
 // aptProbes are the listings of Python and R packages, as the default

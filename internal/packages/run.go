@@ -24,6 +24,7 @@ type command struct {
 	dir  string
 	user *identity.User
 	env  []string
+	m    Manager // whose output it prints (see lastError)
 }
 
 // Output kinds of an operation's log (outbuf.Record.Kind).
@@ -48,8 +49,9 @@ const tailBytes = 8 << 10
 // exitInfo is how a command ended.
 type exitInfo struct {
 	exit   reaper.Exit
-	killed bool   // ctx ended and envd killed its process group
-	tail   string // the end of its stderr (of its stdout when stderr was empty)
+	killed bool    // ctx ended and envd killed its process group
+	tail   string  // the end of its stderr (of its stdout when stderr was empty)
+	m      Manager // whose command it was
 }
 
 // run runs c until it exits or ctx ends (then its process group is
@@ -103,7 +105,7 @@ func run(ctx context.Context, c command, out func(kind uint8, p []byte)) (exitIn
 			}
 		})
 	}
-	var info exitInfo
+	info := exitInfo{m: c.m}
 	select {
 	case info.exit = <-exitc:
 	case <-ctx.Done():
@@ -170,14 +172,15 @@ func capture(ctx context.Context, what string, c command, limit int) ([]byte, er
 // exitError is nil for a command that exited 0, else the error that says
 // how it ended: killed at its deadline (context.DeadlineExceeded), killed
 // because envd is shutting down (ErrUnavailable), or failed (ErrFailed,
-// with its exit status and the last lines of its stderr).
+// with its exit status and the one line of its output that says why, see
+// lastError; the whole output is the operation's to stream).
 func exitError(ctx context.Context, what string, info exitInfo) error {
 	if !info.killed && info.exit.Code() == 0 {
 		return nil
 	}
 	last := ""
-	if info.tail != "" {
-		last = ":\n" + info.tail
+	if l := lastError(info.m, info.tail); l != "" {
+		last = ": " + l
 	}
 	if info.killed {
 		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
@@ -204,12 +207,8 @@ func (t *tail) write(p []byte) {
 	}
 }
 
-// tailLines is how many lines of an installer's output a failure's
-// message carries.
-const tailLines = 12
-
-// lines returns the last tailLines non-empty lines, without a line cut in
-// the middle by the bound (unless it is the only one).
+// lines returns the non-empty lines kept, without a line cut in the
+// middle by the bound (unless it is the only one).
 func (t *tail) lines() string {
 	t.mu.Lock()
 	s := string(t.b)
@@ -225,9 +224,6 @@ func (t *tail) lines() string {
 		if l = strings.TrimRight(l, " \t"); l != "" {
 			keep = append(keep, l)
 		}
-	}
-	if len(keep) > tailLines {
-		keep = keep[len(keep)-tailLines:]
 	}
 	return strings.Join(keep, "\n")
 }

@@ -221,7 +221,7 @@ func (s *source) readDeb(ctx context.Context, u *identity.User) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c := command{argv: []string{exe, "--field", s.path, "Package", "Version"}, dir: "/", user: u, env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}}
+	c := command{argv: []string{exe, "--field", s.path, "Package", "Version"}, dir: "/", user: u, env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}, m: APT}
 	out, err := capture(ctx, "dpkg-deb --field", c, maxMetadataBytes)
 	if err != nil {
 		return errorf(ErrInvalid, "source %s: not a Debian package: %v", s.path, err)

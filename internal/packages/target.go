@@ -138,7 +138,7 @@ func lookPath(m Manager, name string) (string, error) {
 
 // command returns a command of t's user in dir.
 func (t *target) command(dir string, extra map[string]string, argv ...string) command {
-	return command{argv: argv, dir: dir, user: t.user, env: t.env(extra)}
+	return command{argv: argv, dir: dir, user: t.user, env: t.env(extra), m: t.m}
 }
 
 // env is the environment of t's commands: the user's login environment,

@@ -88,7 +88,7 @@ func TestTailLines(t *testing.T) {
 	for i := range 20 {
 		tl.write([]byte(strings.Repeat("x", i) + "\n"))
 	}
-	if got := strings.Split(tl.lines(), "\n"); len(got) != tailLines || got[len(got)-1] != strings.Repeat("x", 19) {
+	if got := strings.Split(tl.lines(), "\n"); len(got) != 19 || got[len(got)-1] != strings.Repeat("x", 19) {
 		t.Errorf("lines = %q", got)
 	}
 }

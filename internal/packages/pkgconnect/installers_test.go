@@ -2,6 +2,9 @@ package pkgconnect_test
 
 import (
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/envd-dev/envd/gen/envd/packages/v1"
+	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/packages"
 	"github.com/envd-dev/envd/internal/packages/pkgtest"
 	"github.com/envd-dev/envd/internal/testutil"
@@ -142,14 +146,46 @@ func TestPip(t *testing.T) {
 		}
 	})
 
+	// Offline: no index answers. A name fails at once, before pip runs,
+	// saying which index and why; a name installed already, a directory
+	// or a file need no index up front; a file whose dependency pip cannot
+	// fetch fails with pip's own line and the index's state.
+	const noIndex = "no package index reachable at http://127.0.0.1:9/simple: connection refused"
 	t.Run("no index", func(t *testing.T) {
 		o := install(t, c, owner.Name, &pb.InstallRequest{Manager: PIP, Packages: pip("envd-pkgtest-absent")})
-		if connect.CodeOf(o.err) != connect.CodeFailedPrecondition || !strings.Contains(o.err.Error(), "pip install failed (exit status 1):") ||
-			!strings.Contains(o.err.Error(), "No matching distribution found for envd-pkgtest-absent") {
-			t.Errorf("no index: %s", o)
+		if want := noIndex + "; pip install did not run"; connect.CodeOf(o.err) != connect.CodeFailedPrecondition ||
+			!strings.Contains(o.err.Error(), want) || strings.Contains(o.err.Error(), "\n") {
+			t.Errorf("no index: %s\nwant %q, on one line", o, want)
+		}
+		if len(o.started) != 0 || o.stderr.Len() != 0 {
+			t.Errorf("no index: pip ran: %s", o)
+		}
+		deb := systemPackage(t, list(t, c, "", &pb.ListRequest{Manager: PIP}))
+		o = install(t, c, owner.Name, &pb.InstallRequest{Manager: PIP, Packages: pip(deb.GetName())})
+		ok(t, "no index, installed already", o)
+		if !strings.Contains(o.stdout.String(), "Requirement already satisfied") {
+			t.Errorf("no index, installed already: %s", o)
+		}
+	})
+	t.Run("not in the directory", func(t *testing.T) {
+		o := install(t, c, owner.Name, &pb.InstallRequest{Manager: PIP, Source: wheels, Packages: pip("envd-pkgtest-absent")})
+		if want := "pip install failed (exit status 1): ERROR: No matching distribution found for envd-pkgtest-absent"; connect.CodeOf(o.err) != connect.CodeFailedPrecondition ||
+			!strings.HasSuffix(o.err.Error(), want) || strings.Contains(o.err.Error(), "\n") || strings.Contains(o.err.Error(), "reachable") {
+			t.Errorf("not in the directory: %s\nwant %q", o, want)
 		}
 		if !strings.Contains(o.stderr.String(), "No matching distribution") {
-			t.Errorf("no index: stderr not streamed: %s", o)
+			t.Errorf("not in the directory: stderr not streamed: %s", o)
+		}
+	})
+	t.Run("a file's dependency", func(t *testing.T) {
+		w := pkgtest.WheelRequiring(t, pkgtest.Dir(t, owner), "envd-pkgtest-needy", "1.0.0", "envd_pkgtest_needy", "envd-pkgtest-dep")
+		o := install(t, c, owner.Name, &pb.InstallRequest{Manager: PIP, Source: w})
+		if want := noIndex + "; pip install failed (exit status 1): ERROR: No matching distribution found for envd-pkgtest-dep"; connect.CodeOf(o.err) != connect.CodeFailedPrecondition ||
+			!strings.HasSuffix(o.err.Error(), want) {
+			t.Errorf("a file's dependency: %s\nwant %q", o, want)
+		}
+		if len(o.started) != 1 {
+			t.Errorf("a file's dependency: pip did not run: %s", o)
 		}
 	})
 }
@@ -227,11 +263,16 @@ func TestR(t *testing.T) {
 	r2 := pkgtest.RPackage(t, srcs, name, "2.0.0")
 	kernels := &pkgtest.Kernels{}
 	kernels.Set("r", "ctx-r", name, "stats")
-	c := serve(t, owner, packages.Options{RLibrary: lib, Kernels: kernels})
+	// The repository is one of the test's, which has no packages.
+	cran := emptyCRAN(t)
+	c := serve(t, owner, packages.Options{RLibrary: lib, Kernels: kernels, Env: rRepos(t, owner, cran)})
 	const R = pb.Manager_MANAGER_R
 
 	o := install(t, c, owner.Name, &pb.InstallRequest{Manager: R, Source: r1, Packages: pip(name + "==1.0.0")})
 	ok(t, "install 1.0.0", o)
+	if cmd := strings.Join(o.started[0], " "); strings.Contains(cmd, "\n") || strings.Contains(cmd, "install.packages") {
+		t.Errorf("the command shown is envd's script: %q", cmd)
+	}
 	if want := []string{name + " ->1.0.0"}; !slices.Equal(o.changes(), want) {
 		t.Errorf("install: changes %v, want %v\n%s", o.changes(), want, o)
 	}
@@ -275,19 +316,89 @@ func TestR(t *testing.T) {
 		t.Errorf("remove again: %s", o)
 	}
 
-	// A package no repository has (none is reachable here, or CRAN has no
-	// such package): install.packages only warns; envd fails with R's words.
+	// A package the repository does not have: install.packages only
+	// warns; envd fails with R's warning, on one line.
 	o = install(t, c, owner.Name, &pb.InstallRequest{Manager: R, Packages: pip("envdNoSuchPkg")})
-	if connect.CodeOf(o.err) != connect.CodeFailedPrecondition || !strings.Contains(o.err.Error(), "Rscript failed (exit status 1):") ||
-		!strings.Contains(o.err.Error(), "envdNoSuchPkg") || !strings.Contains(o.err.Error(), "not available") {
-		t.Errorf("no such package: %s", o)
+	if want := "Rscript failed (exit status 1): package ‘envdNoSuchPkg’ is not available for this version of R"; connect.CodeOf(o.err) != connect.CodeFailedPrecondition ||
+		!strings.HasSuffix(o.err.Error(), want) {
+		t.Errorf("no such package: %s\nwant %q", o, want)
 	}
+	if !strings.Contains(o.stderr.String(), "is not available") {
+		t.Errorf("no such package: R's warning not streamed: %s", o)
+	}
+	// No repository reachable: envd says so before R runs.
+	down := "http://" + closedAddr(t)
+	offline := serve(t, owner, packages.Options{RLibrary: lib, Env: rRepos(t, owner, down)})
+	o = install(t, offline, owner.Name, &pb.InstallRequest{Manager: R, Packages: pip("envdNoSuchPkg")})
+	if want := "no package index reachable at " + down + ": connection refused; Rscript did not run"; connect.CodeOf(o.err) != connect.CodeFailedPrecondition ||
+		!strings.Contains(o.err.Error(), want) || len(o.started) != 0 {
+		t.Errorf("no repository: %s\nwant %q", o, want)
+	}
+	// Installed already, without upgrade: no repository needed.
+	o = install(t, offline, owner.Name, &pb.InstallRequest{Manager: R, Packages: pip("stats")})
+	ok(t, "install stats offline", o)
 	// Installed already (R's own), without upgrade: nothing to do.
 	o = install(t, c, owner.Name, &pb.InstallRequest{Manager: R, Packages: pip("stats")})
 	ok(t, "install stats", o)
 	if len(o.done.GetChanges()) != 0 {
 		t.Errorf("install stats: %v", o.changes())
 	}
+}
+
+// emptyCRAN serves an R repository that has no packages.
+func emptyCRAN(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/src/contrib/PACKAGES" {
+			return // no package
+		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// rRepos is the environment that makes R's repos option repo: a site
+// profile of the test's (R_PROFILE), read by Rscript --no-init-file.
+func rRepos(t *testing.T, owner *identity.User, repo string) func() map[string]string {
+	t.Helper()
+	p := filepath.Join(pkgtest.Dir(t, owner), "Rprofile.site")
+	if err := os.WriteFile(p, []byte(fmt.Sprintf("options(repos = c(CRAN = %q))\n", repo)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return func() map[string]string { return map[string]string{"R_PROFILE": p} }
+}
+
+// closedAddr is a loopback address where nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestNpmOffline: with no registry reachable, a name fails at once,
+// naming the registry, and npm does not run; a tarball needs none.
+func TestNpmOffline(t *testing.T) {
+	t.Parallel()
+	owner := pkgtest.Owner(t)
+	proj := pkgtest.Dir(t, owner)
+	registry := "http://" + closedAddr(t) + "/"
+	c := serve(t, owner, packages.Options{Env: func() map[string]string {
+		return map[string]string{"npm_config_registry": registry}
+	}})
+	const NPM = pb.Manager_MANAGER_NPM
+	o := install(t, c, owner.Name, &pb.InstallRequest{Manager: NPM, Dir: proj, Packages: pip("left-pad")})
+	if want := "no package index reachable at " + registry + ": connection refused; npm install did not run"; connect.CodeOf(o.err) != connect.CodeFailedPrecondition ||
+		!strings.Contains(o.err.Error(), want) || strings.Contains(o.err.Error(), "\n") || len(o.started) != 0 {
+		t.Errorf("offline: %s\nwant %q", o, want)
+	}
+	tgz := pkgtest.NpmTarball(t, pkgtest.Dir(t, owner), "envd-pkgtest-offline", "1.0.0")
+	ok(t, "offline, a tarball", install(t, c, owner.Name, &pb.InstallRequest{Manager: NPM, Dir: proj, Source: tgz}))
 }
 
 // TestNpm: local npm tarballs, packed by the test, are installed into a

@@ -109,11 +109,22 @@ func Venv(tb testing.TB, u *identity.User) string {
 // whose RECORD lists each file's hash.
 func Wheel(tb testing.TB, dir, dist, version, module string) string {
 	tb.Helper()
+	return WheelRequiring(tb, dir, dist, version, module)
+}
+
+// WheelRequiring is Wheel, for a distribution that requires others
+// (Requires-Dist: pip fetches them from its index).
+func WheelRequiring(tb testing.TB, dir, dist, version, module string, requires ...string) string {
+	tb.Helper()
 	stem := strings.ReplaceAll(dist, "-", "_")
 	info := fmt.Sprintf("%s-%s.dist-info", stem, version)
+	var reqs strings.Builder
+	for _, r := range requires {
+		reqs.WriteString("Requires-Dist: " + r + "\n")
+	}
 	files := [][2]string{
 		{module + "/__init__.py", fmt.Sprintf("VERSION = %q\n", version)},
-		{info + "/METADATA", fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: envd test package\n", dist, version)},
+		{info + "/METADATA", fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: envd test package\n%s", dist, version, reqs.String())},
 		{info + "/WHEEL", "Wheel-Version: 1.0\nGenerator: envd-pkgtest\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
 		{info + "/top_level.txt", module + "\n"},
 	}

@@ -62,11 +62,15 @@ type PackageServiceClient interface {
 	// (the command envd runs, once per command), the installer's stdout and
 	// stderr as they come, and done last. A failed installer ends the stream
 	// with failed_precondition, whose message carries its exit status and the
-	// last lines of its stderr; one that outlives the request's deadline is
-	// killed (deadline_exceeded). One operation runs per manager at a time: a
-	// second waits for the first to end, with keepalives, until its own
-	// deadline. A client that goes away stops following the operation, which
-	// runs on to its end, so that no package manager is left half-way.
+	// one line of its output that says why (pip's last ERROR line, npm's
+	// error, R's warning, apt's first E: line). An install that fetches from
+	// a package index fails so before the installer runs when no index it
+	// would use answers: "no package index reachable at INDEX: WHY". One
+	// that outlives the request's deadline is killed (deadline_exceeded). One
+	// operation runs per manager at a time: a second waits for the first to
+	// end, with keepalives, until its own deadline. A client that goes away
+	// stops following the operation, which runs on to its end, so that no
+	// package manager is left half-way.
 	Install(context.Context, *connect.Request[v1.InstallRequest]) (*connect.ServerStreamForClient[v1.InstallResponse], error)
 	// Remove removes packages; its stream is Install's. A name that is not
 	// installed is not_found; for pip, a name only in the system site
@@ -138,11 +142,15 @@ type PackageServiceHandler interface {
 	// (the command envd runs, once per command), the installer's stdout and
 	// stderr as they come, and done last. A failed installer ends the stream
 	// with failed_precondition, whose message carries its exit status and the
-	// last lines of its stderr; one that outlives the request's deadline is
-	// killed (deadline_exceeded). One operation runs per manager at a time: a
-	// second waits for the first to end, with keepalives, until its own
-	// deadline. A client that goes away stops following the operation, which
-	// runs on to its end, so that no package manager is left half-way.
+	// one line of its output that says why (pip's last ERROR line, npm's
+	// error, R's warning, apt's first E: line). An install that fetches from
+	// a package index fails so before the installer runs when no index it
+	// would use answers: "no package index reachable at INDEX: WHY". One
+	// that outlives the request's deadline is killed (deadline_exceeded). One
+	// operation runs per manager at a time: a second waits for the first to
+	// end, with keepalives, until its own deadline. A client that goes away
+	// stops following the operation, which runs on to its end, so that no
+	// package manager is left half-way.
 	Install(context.Context, *connect.Request[v1.InstallRequest], *connect.ServerStream[v1.InstallResponse]) error
 	// Remove removes packages; its stream is Install's. A name that is not
 	// installed is not_found; for pip, a name only in the system site
