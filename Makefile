@@ -32,10 +32,14 @@ LDFLAGS := -s -w -X github.com/envd-dev/envd/internal/buildinfo.commit=$(COMMIT)
 build: ## build bin/envd, static
 	CGO_ENABLED=0 go build -buildvcs=auto -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/envd ./cmd/envd
 
+# What running envd needs, without what only the tests use (the SDKs' npm
+# tree, test tools): make test installs those.
+.PHONY: deps-run
+deps-run:
+	ENVD_SKIP_COMPAT=1 scripts/install-deps.sh
+
 .PHONY: run
-# What only the tests use (the SDKs' npm tree, test tools) waits for make test.
-run: export ENVD_SKIP_COMPAT := 1
-run: deps build ## install what running envd needs, then run envd with Jupyter on localhost
+run: deps-run build ## install what running envd needs, then run envd with Jupyter on localhost
 	$(BIN)/envd -host $(HOST) -forward-ports=$(FORWARD_PORTS) -mmds-url off $(ENVD_FLAGS)
 
 .PHONY: test
