@@ -503,7 +503,8 @@ func TestServiceAttachEvicted(t *testing.T) {
 }
 
 // A quiet execution's stream carries keepalives at the client's
-// Keepalive-Ping-Interval; a queued one's too, before its started.
+// Keepalive-Ping-Interval; a queued one's too, before its started, after a
+// queued message naming the execution it waits for.
 func TestServiceKeepalive(t *testing.T) {
 	t.Parallel()
 	ctx := testutil.Context(t, execTimeout)
@@ -548,7 +549,7 @@ func TestServiceKeepalive(t *testing.T) {
 	if o.err != nil || o.first.GetStarted() == nil {
 		t.Fatalf("the busy execution: %v %v", o.first, o.err)
 	}
-	busy := o.s
+	busy, busyID := o.s, o.first.GetStarted().GetExecutionId()
 	defer busy.Close()
 	req := connect.NewRequest(&pb.ExecuteRequest{ContextId: cx.GetId(), Code: "'queued'"})
 	req.Header().Set("Keepalive-Ping-Interval", "1")
@@ -564,11 +565,15 @@ func TestServiceKeepalive(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the queued execution's stream sent nothing")
 	}
-	if o.err != nil || o.first.GetKeepalive() == nil || o.first.GetSeq() != 0 {
-		t.Fatalf("queued: want a keepalive first, got %v (%v)", o.first, o.err)
+	if q := o.first.GetQueued(); o.err != nil || q == nil || o.first.GetSeq() != 0 ||
+		q.GetBehindExecutionId() != busyID || q.GetContextId() != cx.GetId() || q.GetExecutionId() == "" {
+		t.Fatalf("queued: want a queued message behind %s first, got %v (%v)", busyID, o.first, o.err)
 	}
 	queued := o.s
 	defer queued.Close()
+	if !queued.Receive() || queued.Msg().GetEvent().GetKeepalive() == nil || queued.Msg().GetEvent().GetSeq() != 0 {
+		t.Fatalf("queued: want a keepalive next, got %v (%v)", queued.Msg().GetEvent(), queued.Err())
+	}
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
