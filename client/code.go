@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/envd-dev/envd/backoff"
 	ipb "github.com/envd-dev/envd/gen/envd/interpreter/v1"
 )
 
@@ -328,6 +329,7 @@ type Execution struct {
 
 	nextSeq   uint64 // the seq of the next event wanted
 	reattachs int
+	retry     *backoff.Backoff // spaces the reattaches; nil before the first
 	res       ExecResult
 	stdout    strings.Builder
 	stderr    strings.Builder
@@ -339,6 +341,10 @@ type Execution struct {
 
 // maxReattach bounds how often a run reattaches after a dropped stream.
 const maxReattach = 3
+
+// reattachBackoff spaces a run's reattaches: 100 ms before the first,
+// 100 ms more before each next (the cap is reached by the last).
+var reattachBackoff = backoff.Policy{Floor: 100 * time.Millisecond, Cap: maxReattach * 100 * time.Millisecond}
 
 // ID is the execution's id, for Attach.
 func (r *Execution) ID() string { return r.res.ID }
@@ -518,7 +524,12 @@ func (r *Execution) reattach(err error) bool {
 		return false
 	}
 	r.reattachs++
-	time.Sleep(time.Duration(r.reattachs) * 100 * time.Millisecond)
+	if r.retry == nil {
+		r.retry = backoff.New(reattachBackoff, nil)
+	}
+	if r.retry.Wait(r.ctx) != nil {
+		return false
+	}
 	return r.attach() == nil
 }
 

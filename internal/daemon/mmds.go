@@ -49,6 +49,8 @@ func newBootMetadata(cfg Config, defs *defaults.Defaults) (*bootMetadata, error)
 	if cfg.MMDSURL == "" || cfg.MMDSURL == "off" {
 		return nil, nil
 	}
+	// The real clock, not cfg.Clock: a test driving the shutdown's mock
+	// clock must not also drive the polling.
 	c, err := mmds.New(cfg.MMDSURL, mmds.Options{})
 	if err != nil {
 		return nil, err

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/quartz"
+
 	"github.com/envd-dev/envd/internal/auth"
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/filesystem"
@@ -34,6 +36,9 @@ type Options struct {
 	SetClock func(time.Time) error
 	// Now is the clock used for signature expiry. Zero: time.Now.
 	Now func() time.Time
+	// Clock times the wait between the two CPU samples of the first GET
+	// /metrics. Zero: the real clock.
+	Clock quartz.Clock
 	// Boot is the host's boot metadata: once it has an access token's
 	// hash, /init accepts that token only. Nil: none (not a Firecracker
 	// guest, or -mmds-url off).
@@ -67,6 +72,9 @@ func New(o Options) *API {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Clock == nil {
+		o.Clock = quartz.NewReal()
 	}
 	if o.Mounter == nil {
 		o.Mounter = NFSMounter{}

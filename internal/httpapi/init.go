@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/envd-dev/envd/backoff"
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/mmds"
 	"github.com/envd-dev/envd/internal/server"
@@ -366,8 +367,11 @@ type metricsBody struct {
 
 // metrics serves GET /metrics from /proc/stat, /proc/meminfo and statfs(/).
 func (a *API) metrics(w http.ResponseWriter, r *http.Request) {
-	m, err := a.readMetrics()
+	m, err := a.readMetrics(r.Context())
 	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client is gone
+		}
 		a.log.Warn("cannot read metrics", "error", err)
 		server.WriteError(w, http.StatusInternalServerError, fmt.Sprintf("read metrics: %v", err))
 		return
@@ -377,10 +381,10 @@ func (a *API) metrics(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(m)
 }
 
-func (a *API) readMetrics() (metricsBody, error) {
+func (a *API) readMetrics(ctx context.Context) (metricsBody, error) {
 	m := metricsBody{TS: time.Now().Unix()}
 	var err error
-	if m.CPUCount, m.CPUUsedPct, err = a.cpu(); err != nil {
+	if m.CPUCount, m.CPUUsedPct, err = a.cpu(ctx); err != nil {
 		return m, err
 	}
 	mem, err := meminfo()
@@ -411,10 +415,15 @@ type cpuSample struct {
 	count       int
 }
 
+// cpuFirstSample is how long cpu samples the CPUs' use when it has no
+// earlier sample to compare with.
+const cpuFirstSample = 100 * time.Millisecond
+
 // cpu returns the number of CPUs and their use in percent since the
-// previous call (over a tenth of a second on the first call), rounded to
-// two decimals.
-func (a *API) cpu() (int, float64, error) {
+// previous call, rounded to two decimals. With no usable previous sample
+// (the first call, or counters that have not moved since) it waits
+// cpuFirstSample on the API's clock, and no longer than ctx lasts.
+func (a *API) cpu(ctx context.Context) (int, float64, error) {
 	a.cpuMu.Lock()
 	defer a.cpuMu.Unlock()
 	prev := a.lastCPU
@@ -424,7 +433,9 @@ func (a *API) cpu() (int, float64, error) {
 	}
 	if prev.at.IsZero() || cur.total <= prev.total {
 		prev = cur
-		time.Sleep(100 * time.Millisecond)
+		if err := backoff.Sleep(ctx, a.o.Clock, cpuFirstSample, "httpapi", "cpu"); err != nil {
+			return 0, 0, fmt.Errorf("sample the CPUs' use: %w", err)
+		}
 		if cur, err = readCPU(); err != nil {
 			return 0, 0, err
 		}

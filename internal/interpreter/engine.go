@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/quartz"
 
+	"github.com/envd-dev/envd/backoff"
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/jupyter"
 	"github.com/envd-dev/envd/internal/jupyter/startup"
@@ -59,8 +60,10 @@ type Options struct {
 	// published, for the readers following them to read it. Zero: 2 s.
 	DrainGrace time.Duration
 	// Clock drives the engine's timers (reader grace, interrupt grace and
-	// resend, drain grace, timeouts, keeping finished executions). Zero: the
-	// real clock.
+	// resend, drain grace, timeouts, keeping finished executions, the
+	// retries of the default context and of the pool, the waits for a
+	// kernel asked to exit and for the server after a lost connection).
+	// Zero: the real clock.
 	Clock quartz.Clock
 	// KeepFinished is how long a finished execution stays findable by id.
 	// Zero: 1 min. At most maxFinished are kept.
@@ -333,9 +336,13 @@ func (e *Engine) isClosed() bool {
 	return e.closed
 }
 
+// bootstrapBackoff spaces bootstrap's attempts at the default Python
+// context.
+var bootstrapBackoff = backoff.Policy{Floor: time.Second, Cap: 30 * time.Second}
+
 func (e *Engine) bootstrap() {
 	defer e.wg.Done()
-	backoff := time.Second
+	retry := backoff.New(bootstrapBackoff, e.clock, "bootstrap")
 	for {
 		_, err := e.defaultContext(e.ctx, Python)
 		if err == nil {
@@ -356,15 +363,10 @@ func (e *Engine) bootstrap() {
 		e.mu.Lock()
 		e.lastErr = err
 		e.mu.Unlock()
-		e.log.Warn("cannot create the default python context; retrying", "error", err, "backoff", backoff)
-		t := e.clock.NewTimer(backoff, "bootstrap")
-		select {
-		case <-t.C:
-		case <-e.ctx.Done():
-			t.Stop()
+		e.log.Warn("cannot create the default python context; retrying", "error", err, "backoff", retry.Delay())
+		if retry.Wait(e.ctx) != nil {
 			return
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/coder/quartz"
 
+	"github.com/envd-dev/envd/backoff"
 	"github.com/envd-dev/envd/internal/interpreter/fifo"
 	"github.com/envd-dev/envd/internal/jupyter"
 	"github.com/envd-dev/envd/internal/jupyter/startup"
@@ -727,7 +728,7 @@ func (r *runner) kernelExited(err error) {
 // error). One that is still there after wait is restarted.
 func (r *runner) awaitExit(wait time.Duration) error {
 	x, ks := r.x, r.ks
-	t := time.NewTimer(wait)
+	t := x.eng.clock.NewTimer(wait, "execution", "exit")
 	defer t.Stop()
 	for {
 		st := ks.kernel.Status()
@@ -764,19 +765,29 @@ func (r *runner) awaitExit(wait time.Duration) error {
 }
 
 // serverDied tells, after a lost connection, whether the Jupyter server is
-// gone (the supervisor notices within moments).
+// gone (the supervisor notices within moments): it asks the client every
+// serverDiedPoll for up to serverDiedWait, or until the engine shuts down.
 func (r *runner) serverDied() bool {
-	deadline := time.Now().Add(time.Second)
+	eng := r.x.eng
+	deadline := eng.clock.Now().Add(serverDiedWait)
 	for {
 		if r.ks.client.Err() != nil {
 			return true
 		}
-		if time.Now().After(deadline) {
+		if eng.clock.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		if backoff.Sleep(eng.ctx, eng.clock, serverDiedPoll, "execution", "server-died") != nil {
+			return r.ks.client.Err() != nil
+		}
 	}
 }
+
+// How serverDied waits for the supervisor's verdict.
+const (
+	serverDiedWait = time.Second
+	serverDiedPoll = 20 * time.Millisecond
+)
 
 // stopBeforeRun ends an execution stopped before its code was sent.
 func (r *runner) stopBeforeRun(what string) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/envd-dev/envd/backoff"
 	"github.com/envd-dev/envd/internal/jupyter"
 )
 
@@ -17,12 +18,9 @@ import (
 // start.
 const warmDir = "/"
 
-// Backoff of refilling a language after a failed start, or a prestarted
-// kernel that died while waiting.
-const (
-	warmMinBackoff = time.Second
-	warmMaxBackoff = 30 * time.Second
-)
+// warmBackoff spaces the refills of a language after a failed start, or a
+// prestarted kernel that died while waiting.
+var warmBackoff = backoff.Policy{Floor: time.Second, Cap: 30 * time.Second}
 
 // pool keeps prestarted kernels (Options.WarmKernels), so that a new
 // context, or a language default's first use, takes one that is up (one
@@ -161,19 +159,24 @@ func (p *pool) ready(lang string) int {
 func (p *pool) run() {
 	defer p.e.wg.Done()
 	e := p.e
-	backoff := map[string]time.Duration{}
-	retry := map[string]time.Time{} // no start before then
-	lastErr := map[string]string{}  // logged as a warning once
-	fail := func(lang string) {
-		b := max(backoff[lang], warmMinBackoff/2) * 2
-		b = min(b, warmMaxBackoff)
-		backoff[lang] = b
-		retry[lang] = e.clock.Now().Add(b)
+	backoffs := map[string]*backoff.Backoff{} // of the languages failing
+	retry := map[string]time.Time{}           // no start before then
+	lastErr := map[string]string{}            // logged as a warning once
+	// fail puts off lang's next start, and returns by how long.
+	fail := func(lang string) time.Duration {
+		b := backoffs[lang]
+		if b == nil {
+			b = backoff.New(warmBackoff, e.clock) // Next only: p.wait waits, a poke ends it early
+			backoffs[lang] = b
+		}
+		d := b.Next()
+		retry[lang] = e.clock.Now().Add(d)
+		return d
 	}
 	for {
 		died, taken := p.prune()
 		for _, lang := range taken {
-			delete(backoff, lang)
+			delete(backoffs, lang)
 			delete(retry, lang)
 		}
 		for _, w := range died {
@@ -200,12 +203,12 @@ func (p *pool) run() {
 			return
 		}
 		if err != nil {
-			fail(lang)
+			d := fail(lang)
 			if msg := err.Error(); msg != lastErr[lang] {
 				lastErr[lang] = msg
-				e.log.Warn("cannot prestart a kernel; retrying", "language", lang, "error", err, "backoff", backoff[lang])
+				e.log.Warn("cannot prestart a kernel; retrying", "language", lang, "error", err, "backoff", d)
 			} else {
-				e.log.Debug("cannot prestart a kernel; retrying", "language", lang, "error", err, "backoff", backoff[lang])
+				e.log.Debug("cannot prestart a kernel; retrying", "language", lang, "error", err, "backoff", d)
 			}
 			continue
 		}

@@ -15,6 +15,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/coder/quartz"
+
+	"github.com/envd-dev/envd/backoff"
 )
 
 // ClientOptions configures a Client made with NewClient.
@@ -28,6 +32,9 @@ type ClientOptions struct {
 	// files: kernels connected with KernelOptions.Direct then take the
 	// direct path (direct.go). Zero: none.
 	ConnectionDir string
+	// Clock times the retries of a request the server answered 5xx
+	// (doRetrying). Zero: the real clock.
+	Clock quartz.Clock
 }
 
 // Client talks to one Jupyter server: its REST API, and kernel channels
@@ -47,6 +54,7 @@ type Client struct {
 	stale   func() error
 	conns   kernelConns // open kernel connections (kernel.go)
 	connDir string      // ClientOptions.ConnectionDir
+	clock   quartz.Clock
 	// starting is held shared by kernel starts and exclusively by listing:
 	// jupyter_server 1.x puts a new kernel in its map before giving it a
 	// last_activity, and GET /api/kernels answers 500 (AttributeError) for
@@ -64,6 +72,10 @@ func NewClient(baseURL, token string, opts ClientOptions) (*Client, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	clock := opts.Clock
+	if clock == nil {
+		clock = quartz.NewReal()
 	}
 	d := &net.Dialer{Timeout: 10 * time.Second}
 	quickAck := !opts.DisableQuickAck
@@ -87,6 +99,7 @@ func NewClient(baseURL, token string, opts ClientOptions) (*Client, error) {
 		http:      &http.Client{Transport: tr},
 		log:       log,
 		connDir:   opts.ConnectionDir,
+		clock:     clock,
 	}, nil
 }
 
@@ -209,12 +222,15 @@ func (c *Client) DeleteKernel(ctx context.Context, id string) error {
 // loaded machine.
 const retryFor = 30 * time.Second
 
+// retryBackoff spaces doRetrying's attempts.
+var retryBackoff = backoff.Policy{Floor: 50 * time.Millisecond, Cap: time.Second}
+
 // doRetrying is do for a request without a body that jupyter_server
 // answers 5xx while a kernel is between states (its races, not a
 // failure of the request): tried again with backoff, for at most
-// retryFor, until ctx ends.
+// retryFor, until ctx ends. It returns the last attempt's error.
 func (c *Client) doRetrying(ctx context.Context, op, method, path string, want int, out any) error {
-	wait := 50 * time.Millisecond
+	retry := backoff.New(retryBackoff, c.clock, "jupyter", "retry")
 	var until time.Time
 	for {
 		err := c.do(ctx, op, method, path, nil, want, out)
@@ -223,19 +239,14 @@ func (c *Client) doRetrying(ctx context.Context, op, method, path string, want i
 			return err
 		}
 		if until.IsZero() {
-			until = time.Now().Add(retryFor)
+			until = c.clock.Now().Add(retryFor)
 		}
-		if time.Now().Add(wait).After(until) {
+		if c.clock.Now().Add(retry.Delay()).After(until) {
 			return err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if retry.Wait(ctx) != nil {
 			return err
-		case <-t.C:
 		}
-		wait = min(2*wait, time.Second)
 	}
 }
 

@@ -10,6 +10,10 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/coder/quartz"
+
+	"github.com/envd-dev/envd/backoff"
 )
 
 // DefaultCommand runs Debian's Jupyter Server. It names /usr/bin/python3
@@ -67,6 +71,10 @@ type Options struct {
 	// MinBackoff and MaxBackoff bound the delay before restarting a server
 	// that died; it doubles on each consecutive failure. Zero: 100 ms, 10 s.
 	MinBackoff, MaxBackoff time.Duration
+	// Clock times the delay before a restart and how long a run lasted
+	// (see stableRun), and is the clock of the server's clients
+	// (ClientOptions.Clock). Zero: the real clock.
+	Clock quartz.Clock
 	// HangAfter: a ready server that has answered no health probe for
 	// this long is taken for stuck (hang.go): its threads' Python stacks
 	// and last output are logged, and it is killed with its kernels and
@@ -205,6 +213,9 @@ func New(opts Options) *Supervisor {
 		opts.MaxBackoff = 10 * time.Second
 	}
 	opts.MaxBackoff = max(opts.MaxBackoff, opts.MinBackoff)
+	if opts.Clock == nil {
+		opts.Clock = quartz.NewReal()
+	}
 	if opts.HangAfter == 0 {
 		opts.HangAfter = 60 * time.Second
 	}
@@ -264,7 +275,7 @@ func (s *Supervisor) Start(ctx context.Context) error {
 // clientOptions are the options of a client of the server: the connection
 // files are known only for a server envd runs (not one it attached to).
 func (s *Supervisor) clientOptions() ClientOptions {
-	o := ClientOptions{Logger: s.log, DisableQuickAck: s.opts.DisableLatencyFixes}
+	o := ClientOptions{Logger: s.log, DisableQuickAck: s.opts.DisableLatencyFixes, Clock: s.opts.Clock}
 	if !s.opts.DisableLatencyFixes {
 		s.mu.Lock()
 		o.ConnectionDir = s.connDir
@@ -459,31 +470,27 @@ func (s *Supervisor) reportFirst(err error) {
 // loop runs the server until Stop, restarting it with backoff.
 func (s *Supervisor) loop() {
 	defer close(s.done)
-	backoff := s.opts.MinBackoff
+	clock := s.opts.Clock
+	retry := backoff.New(backoff.Policy{Floor: s.opts.MinBackoff, Cap: s.opts.MaxBackoff}, clock, "jupyter", "restart")
 	for {
-		began := time.Now()
+		began := clock.Now()
 		err := s.runOnce()
 		if s.ctx.Err() != nil {
 			s.reportFirst(ErrStopped) // no-op unless stopped during the first start
 			return
 		}
-		if time.Since(began) >= stableRun {
-			backoff = s.opts.MinBackoff
+		if clock.Since(began) >= stableRun {
+			retry.Reset()
 		}
-		s.log.Warn("restarting jupyter server", "backoff", backoff, "error", err)
+		s.log.Warn("restarting jupyter server", "backoff", retry.Delay(), "error", err)
 		s.setStatus(func(st *ServerStatus) {
 			st.State, st.URL, st.PID, st.Err = ServerRestarting, "", 0, err
 		})
 		// After the status, so that Start's caller sees the error there too.
 		s.reportFirst(err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-s.ctx.Done():
-			t.Stop()
+		if retry.Wait(s.ctx) != nil {
 			return
 		}
-		backoff = min(2*backoff, s.opts.MaxBackoff)
 	}
 }
 

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"mime"
 	"net/http"
 	"net/url"
@@ -27,6 +26,10 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/coder/quartz"
+
+	"github.com/envd-dev/envd/backoff"
 )
 
 // DefaultURL is where a Firecracker guest reaches the MMDS.
@@ -92,13 +95,16 @@ type Options struct {
 	// Transport sends the requests. Nil: a transport of its own that never
 	// uses a proxy (the MMDS is link-local).
 	Transport http.RoundTripper
+	// Clock times Poll's waits between attempts. Nil: the real clock.
+	Clock quartz.Clock
 }
 
 // Client reads the MMDS at one base URL. Safe for concurrent use.
 type Client struct {
-	base *url.URL
-	hc   *http.Client
-	ttl  time.Duration
+	base  *url.URL
+	hc    *http.Client
+	ttl   time.Duration
+	clock quartz.Clock
 }
 
 // New returns a client of the MMDS at baseURL (DefaultURL in a Firecracker
@@ -118,6 +124,9 @@ func New(baseURL string, o Options) (*Client, error) {
 	if o.TokenTTL <= 0 {
 		o.TokenTTL = time.Minute
 	}
+	if o.Clock == nil {
+		o.Clock = quartz.NewReal()
+	}
 	if o.Transport == nil {
 		o.Transport = &http.Transport{
 			Proxy:                 nil, // never through a proxy: HTTP_PROXY does not know a link-local address
@@ -132,7 +141,7 @@ func New(baseURL string, o Options) (*Client, error) {
 		// The MMDS never redirects; one that does is not the MMDS.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return &Client{base: u, hc: hc, ttl: o.TokenTTL}, nil
+	return &Client{base: u, hc: hc, ttl: o.TokenTTL, clock: o.Clock}, nil
 }
 
 // URL is the base URL the client reads.
@@ -276,7 +285,8 @@ func checkValue(s string, id bool) error {
 }
 
 // Backoff is the schedule of a poll: the first wait, how much each next
-// one grows, and the longest.
+// one grows, and the longest. Poll spreads each wait by a tenth (see
+// policy).
 type Backoff struct {
 	First, Max time.Duration
 	Factor     float64
@@ -286,44 +296,25 @@ type Backoff struct {
 // boot, and backs off to 2 s.
 var DefaultBackoff = Backoff{First: 50 * time.Millisecond, Max: 2 * time.Second, Factor: 1.5}
 
-// Next is the wait after one of prev; prev 0 is the first.
+// Next is the wait after one of prev, before its spread; prev 0 is the
+// first.
 func (b Backoff) Next(prev time.Duration) time.Duration {
-	if prev <= 0 {
-		return b.First
-	}
-	next := time.Duration(float64(prev) * b.Factor)
-	if next <= prev {
-		next = prev + 1
-	}
-	return min(next, b.Max)
+	return b.policy().After(prev)
 }
 
-// jitter spreads d by up to a tenth, so that many guests restored from one
-// snapshot do not poll in step.
-func jitter(d time.Duration) time.Duration {
-	if d < 10 {
-		return d
-	}
-	return d - d/20 + rand.N(d/10)
+// policy is b as a backoff.Policy. Each wait is spread by a tenth, so
+// that many guests restored from one snapshot do not poll in step.
+func (b Backoff) policy() backoff.Policy {
+	return backoff.Policy{Floor: b.First, Cap: b.Max, Factor: b.Factor, Jitter: 0.1}
 }
 
 // Poll reads the metadata until it is Ready, waiting between attempts as b
 // says, and returns it; or returns ctx's error (with the last attempt's)
 // once ctx ends. failed, if set, is told of every failed attempt.
 func (c *Client) Poll(ctx context.Context, b Backoff, failed func(attempt int, err error)) (Metadata, error) {
-	var wait time.Duration
+	retry := backoff.New(b.policy(), c.clock, "mmds", "poll")
 	var last error
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for attempt := 1; ; attempt++ {
-		select {
-		case <-ctx.Done():
-			if last != nil {
-				return Metadata{}, fmt.Errorf("%w (last attempt: %v)", context.Cause(ctx), last)
-			}
-			return Metadata{}, context.Cause(ctx)
-		case <-timer.C:
-		}
+	for attempt := 1; ctx.Err() == nil; attempt++ {
 		m, err := c.Get(ctx)
 		if err == nil && !m.Ready() {
 			err = errors.New("MMDS metadata: no instanceID yet")
@@ -335,7 +326,12 @@ func (c *Client) Poll(ctx context.Context, b Backoff, failed func(attempt int, e
 		if failed != nil && ctx.Err() == nil {
 			failed(attempt, err)
 		}
-		wait = b.Next(wait)
-		timer.Reset(jitter(wait))
+		if retry.Wait(ctx) != nil {
+			break
+		}
 	}
+	if last != nil {
+		return Metadata{}, fmt.Errorf("%w (last attempt: %v)", context.Cause(ctx), last)
+	}
+	return Metadata{}, context.Cause(ctx)
 }

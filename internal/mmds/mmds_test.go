@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/quartz"
 	"go.uber.org/goleak"
 
 	"github.com/envd-dev/envd/internal/mmds"
@@ -314,6 +315,52 @@ func TestPollCancelled(t *testing.T) {
 		}
 	case <-time.After(waitLong):
 		t.Fatal("Poll did not return once cancelled")
+	}
+}
+
+// TestPollClock: Poll waits on its client's clock, DefaultBackoff's
+// schedule spread by a tenth, and ends as soon as its context does.
+func TestPollClock(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, `{}`) // never ready
+	clk := quartz.NewMock(t).WithLogger(quartz.NoOpLogger)
+	trap := clk.Trap().NewTimer("mmds", "poll")
+	defer trap.Close()
+	c := client(t, f.srv.URL, mmds.Options{Clock: clk})
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	pctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Poll(pctx, mmds.DefaultBackoff, nil)
+		done <- err
+	}()
+	var d time.Duration
+	for i := range 4 {
+		d = mmds.DefaultBackoff.Next(d)
+		call := trap.MustWait(ctx)
+		if lo, hi := d-d/20, d+d/20; call.Duration < lo || call.Duration >= hi {
+			t.Fatalf("wait %d: %v, not in [%v, %v)", i+1, call.Duration, lo, hi)
+		}
+		call.MustRelease(ctx)
+		if got := f.gets.Load(); got != int64(i+1) {
+			t.Fatalf("%d attempts before wait %d", got, i+1)
+		}
+		if i < 3 {
+			clk.Advance(call.Duration).MustWait(ctx)
+		}
+	}
+	stop()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "no instanceID yet") {
+			t.Errorf("%v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Poll did not return once cancelled")
+	}
+	if n := f.gets.Load(); n != 4 {
+		t.Errorf("%d attempts, want 4", n)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/quartz"
 
+	"github.com/envd-dev/envd/backoff"
 	"github.com/envd-dev/envd/internal/relay"
 )
 
@@ -177,11 +178,14 @@ func (fw *forward) close() {
 	fw.done.Wait()
 }
 
+// acceptBackoff spaces the retries of a failing Accept.
+var acceptBackoff = backoff.Policy{Floor: 5 * time.Millisecond, Cap: time.Second}
+
 // accept serves the forward's listener until it closes. A connection is
 // accepted only once a slot is free: the others wait in the backlog.
 func (fw *forward) accept() {
 	defer fw.done.Done()
-	backoff := 5 * time.Millisecond
+	retry := backoff.New(acceptBackoff, fw.f.clock, "ports", "accept")
 	for {
 		select {
 		case fw.f.slots <- struct{}{}:
@@ -196,17 +200,12 @@ func (fw *forward) accept() {
 			}
 			// Out of fds, most likely: wait a little, growing, and retry.
 			fw.f.log.Warn("accept a forwarded connection", "from", fw.from.String(), "error", err)
-			t := fw.f.clock.NewTimer(backoff, "ports", "accept")
-			select {
-			case <-t.C:
-			case <-fw.ctx.Done():
-				t.Stop()
+			if retry.Wait(fw.ctx) != nil {
 				return
 			}
-			backoff = min(2*backoff, time.Second)
 			continue
 		}
-		backoff = 5 * time.Millisecond
+		retry.Reset()
 		fw.done.Add(1)
 		go func() {
 			defer fw.done.Done()
