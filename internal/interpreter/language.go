@@ -12,13 +12,13 @@ import (
 	"github.com/envd-dev/envd/internal/jupyter/startup"
 )
 
-// Languages envd knows by name, normalized.
+// Languages envd knows by name, normalized (startup's table names them).
 const (
-	Python     = "python"
-	JavaScript = "javascript"
-	TypeScript = "typescript"
-	R          = "r"
-	Bash       = "bash"
+	Python     = startup.Python
+	JavaScript = startup.JavaScript
+	TypeScript = startup.TypeScript
+	R          = startup.R
+	Bash       = startup.Bash
 )
 
 // builtin is a language envd maps to a kernelspec of its choice: its
@@ -29,15 +29,19 @@ type builtin struct {
 	aliases []string // other names a request may use
 }
 
-// builtins, in the order languages are listed. JavaScript and TypeScript
-// both run on Deno's kernel (each language gets its own kernel instance).
-var builtins = []builtin{
-	{Python, "python3", []string{"py"}},
-	{JavaScript, "deno", []string{"js"}},
-	{TypeScript, "deno", []string{"ts"}},
-	{R, "ir", nil},
-	{Bash, startup.BashKernelName, []string{"sh"}},
-}
+// builtins, in the order languages are listed: the languages of
+// startup.Languages that run on a kernelspec of envd's choice. JavaScript
+// and TypeScript both run on Deno's kernel (each language gets its own
+// kernel instance).
+var builtins = func() []builtin {
+	var out []builtin
+	for _, l := range startup.Languages() {
+		if l.Kernel != "" {
+			out = append(out, builtin{name: l.Name, kernel: l.Kernel, aliases: l.Aliases})
+		}
+	}
+	return out
+}()
 
 func builtinNamed(name string) *builtin {
 	for i := range builtins {
@@ -49,8 +53,8 @@ func builtinNamed(name string) *builtin {
 }
 
 // NormalizeLanguage lowercases and trims a language name and resolves
-// envd's fixed aliases: "js" is javascript, "ts" typescript, "py" and the
-// empty string python, "sh" bash. It does not check that the language is
+// envd's fixed aliases (startup.Languages): "js" is javascript, "ts"
+// typescript, "py" and the empty string python, "sh" bash. It does not check that the language is
 // available; the name of the kernelspec that runs a language is an alias
 // too, and any installed kernelspec's name or language field names a
 // language (see Engine.Languages).

@@ -144,3 +144,38 @@ func TestCodeLanguage(t *testing.T) {
 		}
 	}
 }
+
+// TestBuiltinAliases pins the names a request may give a language before
+// any kernelspec is looked at: envd's languages, each with its kernelspec
+// and aliases (from startup's table, without Java, which no kernelspec of
+// envd's choice runs), and what NormalizeLanguage makes of every alias and
+// of the names it leaves to the kernelspecs.
+func TestBuiltinAliases(t *testing.T) {
+	t.Parallel()
+	want := []builtin{
+		{"python", "python3", []string{"py"}},
+		{"javascript", "deno", []string{"js"}},
+		{"typescript", "deno", []string{"ts"}},
+		{"r", "ir", nil},
+		{"bash", "bash", []string{"sh"}},
+	}
+	if !reflect.DeepEqual(builtins, want) {
+		t.Errorf("builtins\n%v\nwant\n%v", builtins, want)
+	}
+	for in, want := range map[string]string{
+		// The aliases, and the empty name.
+		"": "python", " ": "python", "py": "python", " PY ": "python",
+		"js": "javascript", "JS": "javascript",
+		"ts": "typescript", "Ts": "typescript",
+		"sh": "bash", "SH": "bash",
+		// The languages' own names.
+		"python": "python", "javascript": "javascript", "TypeScript": "typescript", "R": "r", "bash": "bash",
+		// Left as they are: kernelspec names (aliases once installed) and
+		// names only the code builders take.
+		"python3": "python3", "deno": "deno", "ir": "ir", "shell": "shell", "java": "java", "node": "node",
+	} {
+		if got := NormalizeLanguage(in); got != want {
+			t.Errorf("NormalizeLanguage(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

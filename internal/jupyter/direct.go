@@ -1,22 +1,19 @@
 package jupyter
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/envd-dev/envd/backoff"
+	"github.com/envd-dev/envd/internal/jupyter/jwire"
 )
 
 // The direct path. An execute_request of a kernel connected with
@@ -31,15 +28,15 @@ import (
 //
 // envd reads the kernel's connection file (the server writes it in its
 // runtime directory; only loopback addresses are used) and opens a ZeroMQ
-// DEALER to shell and a SUB to iopub (zmtp.go). After each connect one
+// DEALER to shell and a SUB to iopub (jwire.Dial). After each connect one
 // kernel_info_request must come back on both before executions use the
 // path: proof that iopub is subscribed. The kernel's iopub goes to every
 // subscriber, so the server relays copies of a direct execution's messages
 // too; the WebSocket's reader drops those. A message is read as the
-// WebSocket's are, within the same bounds (readFrame): a big one is cut or
-// chunked, never held whole. What one message costs envd, in frames and in
-// the bytes kept of them, is bounded as it is read (zmtp.go,
-// zmtpMessageBudget); a peer that goes over it loses its connection.
+// WebSocket's are, within the same bounds (jwire.ReadMessage): a big one is
+// cut or chunked, never held whole. What one message costs envd, in frames
+// and in the bytes kept of them, is bounded as it is read; a peer that goes
+// over it loses its connection (jwire.ErrMessageBound).
 //
 // A direct execution ends as the kernel reports it. If its code kills the
 // server, the kernel's reply can come before envd learns of the death (the
@@ -58,9 +55,6 @@ import (
 // the server's notice of a restart or death.
 const directGrace = 5 * time.Second
 
-// Delimiter of a Jupyter message's ZeroMQ frames.
-var idsMsg = []byte("<IDS|MSG>")
-
 type direct struct {
 	k    *Kernel
 	file string // the kernel's connection file
@@ -68,8 +62,8 @@ type direct struct {
 	sent atomic.Uint64 // requests sent on the path
 
 	mu    sync.Mutex
-	shell *zsock // guarded by mu; set while the path is up and confirmed
-	key   []byte // the message signing key; guarded by mu
+	shell *jwire.Conn // guarded by mu; set while the path is up and confirmed
+	key   []byte      // the message signing key; guarded by mu
 }
 
 // connectionInfo is what the direct path uses of a connection file.
@@ -114,34 +108,35 @@ func (k *Kernel) startDirect() {
 	go k.dp.run()
 }
 
+// directBackoff spaces the direct path's reconnections; a path that stayed
+// up for directStableRun starts the schedule over.
+var directBackoff = backoff.Policy{Floor: 20 * time.Millisecond, Cap: 2 * time.Second}
+
+const directStableRun = 10 * time.Second
+
 // run keeps the path up until the kernel connection closes.
 func (d *direct) run() {
 	defer d.k.readers.Done()
-	backoff := 20 * time.Millisecond
+	retry := backoff.New(directBackoff, d.k.clock, "jupyter", "direct")
 	for d.k.ctx.Err() == nil {
-		began := time.Now()
+		began := d.k.clock.Now()
 		err := d.connect()
 		if d.k.ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, errMessageBound) {
+		if errors.Is(err, jwire.ErrMessageBound) {
 			// No kernel does this, but code in one (the sandbox user's)
 			// can: logged once per connection it cost.
 			d.k.log.Warn("kernel's direct path down: the peer sent a message over its bound", "error", err)
 		} else {
 			d.k.log.Debug("kernel's direct path down", "error", err)
 		}
-		if time.Since(began) > 10*time.Second {
-			backoff = 20 * time.Millisecond
+		if d.k.clock.Since(began) > directStableRun {
+			retry.Reset()
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-d.k.ctx.Done():
-			t.Stop()
+		if retry.Wait(d.k.ctx) != nil {
 			return
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 
@@ -172,11 +167,11 @@ func (d *direct) connect() error {
 	}
 	ctx, cancel := context.WithTimeout(d.k.ctx, 5*time.Second)
 	defer cancel()
-	shell, err := dialZMTP(ctx, net.JoinHostPort(ci.IP, strconv.Itoa(ci.ShellPort)), "DEALER")
+	shell, err := jwire.Dial(ctx, net.JoinHostPort(ci.IP, strconv.Itoa(ci.ShellPort)), "DEALER")
 	if err != nil {
 		return err
 	}
-	iopub, err := dialZMTP(ctx, net.JoinHostPort(ci.IP, strconv.Itoa(ci.IOPubPort)), "SUB")
+	iopub, err := jwire.Dial(ctx, net.JoinHostPort(ci.IP, strconv.Itoa(ci.IOPubPort)), "SUB")
 	if err != nil {
 		shell.Close()
 		return err
@@ -188,11 +183,11 @@ func (d *direct) connect() error {
 		iopub.Close()
 		readers.Wait()
 	}()
-	if err := iopub.subscribe(); err != nil {
+	if err := iopub.Subscribe(); err != nil {
 		return err
 	}
 	for _, r := range []struct {
-		z  *zsock
+		z  *jwire.Conn
 		ch string
 	}{{shell, ChannelShell}, {iopub, ChannelIOPub}} {
 		readers.Go(func() { down <- d.read(r.z, r.ch) })
@@ -223,7 +218,7 @@ func (d *direct) connect() error {
 
 // confirm asks the kernel on the new path until it answers on both of its
 // sockets (see Kernel.askUntilAnswered), or the path breaks.
-func (d *direct) confirm(ctx context.Context, shell *zsock, key []byte, down <-chan error) error {
+func (d *direct) confirm(ctx context.Context, shell *jwire.Conn, key []byte, down <-chan error) error {
 	k := d.k
 	register := func(id string, w *replyWaiter) error {
 		k.mu.Lock()
@@ -235,7 +230,7 @@ func (d *direct) confirm(ctx context.Context, shell *zsock, key []byte, down <-c
 		k.directIDs[id] = true
 		return nil
 	}
-	send := func(m *Message) error { return shell.send(m.zmqFrames(key)) }
+	send := func(m *Message) error { return shell.Send(m.ZMQFrames(key)) }
 	if err := k.askUntilAnswered(ctx, down, nil, register, send); err != nil {
 		return fmt.Errorf("confirm the direct path: %w", err)
 	}
@@ -265,7 +260,7 @@ func (d *direct) send(msg *Message, r request) bool {
 	k.pending[id] = r
 	k.directIDs[id] = true
 	k.mu.Unlock()
-	if err := shell.send(msg.zmqFrames(key)); err != nil {
+	if err := shell.Send(msg.ZMQFrames(key)); err != nil {
 		k.remove(id)
 		return false
 	}
@@ -303,157 +298,17 @@ func (k *Kernel) directBroken() {
 	}, "jupyter", "direct")
 }
 
-// zmqFrames are msg's ZeroMQ frames, signed with key.
-func (m *Message) zmqFrames(key []byte) [][]byte {
-	header, _ := json.Marshal(m.Header)
-	parent := emptyObject
-	if m.ParentHeader.MsgID != "" {
-		parent, _ = json.Marshal(m.ParentHeader)
-	}
-	metadata, content := []byte(m.Metadata), []byte(m.Content)
-	if len(metadata) == 0 {
-		metadata = emptyObject
-	}
-	if len(content) == 0 {
-		content = emptyObject
-	}
-	var sig []byte
-	if len(key) > 0 {
-		mac := hmac.New(sha256.New, key)
-		for _, p := range [][]byte{header, parent, metadata, content} {
-			mac.Write(p)
-		}
-		sig = hex.AppendEncode(nil, mac.Sum(nil))
-	}
-	frames := [][]byte{idsMsg, sig, header, parent, metadata, content}
-	return append(frames, m.Buffers...)
-}
-
 // read reads messages from one socket of the path until it fails.
-func (d *direct) read(z *zsock, channel string) error {
+func (d *direct) read(z *jwire.Conn, channel string) error {
 	emit := func(m *Message) {
 		m.Channel = channel
 		d.k.dispatchDirect(m)
 	}
 	for {
-		if err := d.readMessage(z, channel, emit); err != nil {
+		if err := jwire.ReadMessage(z, channel, d.k.log, emit); err != nil {
 			return err
 		}
 	}
-}
-
-// readMessage reads one message: up to its delimiter, the signature (not
-// checked, nor kept: the kernel is the sandbox's own, and whoever could
-// send in its place has its key), then header, parent header, metadata,
-// content and buffers. The socket bounds what one message may cost
-// (zmtpMessageBudget: about wholeFrameLimit, in at most maxMessageParts
-// frames) and fails when a message goes over it. A message that fits is
-// read whole; one whose content does not goes through readFrame's bounded
-// decoding, as the JSON the WebSocket would have carried (buffers dropped,
-// as there); one whose envelope does not is dropped, and so are buffers
-// that do not.
-func (d *direct) readMessage(z *zsock, channel string, emit func(*Message)) error {
-	var f zframe
-	var err error
-	for { // routing frames (iopub's topic), then the delimiter
-		if f, err = z.next(); err != nil {
-			return err
-		}
-		b, ok, err := f.readSmall(len(idsMsg)) // a longer frame is not the delimiter
-		if err != nil {
-			return err
-		}
-		if ok && bytes.Equal(b, idsMsg) {
-			break
-		}
-		if !f.more {
-			return nil // no delimiter: not a Jupyter message
-		}
-	}
-	var parts [4][]byte // header, parent, metadata: small; content: maybe not
-	whole := true
-	for i := -1; i < 4; i++ { // -1: the signature
-		if !f.more {
-			return nil // truncated message
-		}
-		if f, err = z.next(); err != nil {
-			return err
-		}
-		if i < 0 {
-			if err := f.skip(); err != nil {
-				return err
-			}
-			continue
-		}
-		if i == 3 && f.size > z.room() {
-			whole = false
-			break
-		}
-		limit := maxEnvelopeValue
-		if i == 3 {
-			limit = zmtpMessageBudget
-		}
-		b, ok, err := f.readSmall(limit)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return skipRest(z, f) // an envelope too big to route
-		}
-		parts[i] = b
-	}
-	if !whole {
-		js := io.MultiReader(
-			strings.NewReader(`{"channel":"`+channel+`","header":`), bytes.NewReader(parts[0]),
-			strings.NewReader(`,"parent_header":`), bytes.NewReader(parts[1]),
-			strings.NewReader(`,"metadata":`), bytes.NewReader(parts[2]),
-			strings.NewReader(`,"content":`), f.body, strings.NewReader(`,"buffers":[]}`))
-		if err := d.k.readFrame(false, js, emit); err != nil {
-			return err
-		}
-		if err := f.skip(); err != nil {
-			return err
-		}
-		return skipRest(z, f)
-	}
-	m := &Message{Metadata: parts[2], Content: parts[3]}
-	if json.Unmarshal(parts[0], &m.Header) != nil {
-		return skipRest(z, f)
-	}
-	_ = json.Unmarshal(parts[1], &m.ParentHeader) // {} for none
-	for f.more {
-		if f, err = z.next(); err != nil {
-			return err
-		}
-		b, ok, err := f.readSmall(zmtpMessageBudget)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			m.Buffers = nil // too big in all: dropped, as the WebSocket's reader does
-			if err := skipRest(z, f); err != nil {
-				return err
-			}
-			break
-		}
-		m.Buffers = append(m.Buffers, b)
-	}
-	emit(m)
-	return nil
-}
-
-// skipRest discards the frames of the message after f.
-func skipRest(z *zsock, f zframe) error {
-	for f.more {
-		var err error
-		if f, err = z.next(); err != nil {
-			return err
-		}
-		if err := f.skip(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // dispatchDirect hands a message of the direct path to its request, if

@@ -1,90 +1,216 @@
 package jupyter
 
 import (
-	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net"
-	"strings"
+	"regexp"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/coder/quartz"
+
+	"github.com/envd-dev/envd/internal/jupyter/jwire"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
-// zmqMessage is a Jupyter message's ZeroMQ frames, as a kernel sends them.
-func zmqMessage(topic, header, parent, content string, buffers ...[]byte) [][]byte {
-	f := [][]byte{[]byte(topic), idsMsg, []byte("sig"), []byte(header), []byte(parent), []byte("{}"), []byte(content)}
-	return append(f, buffers...)
+// zmtpPeer listens on 127.0.0.1 as a fake kernel socket of type sockType.
+// Each connection is shaken hands with, then handed to serve, which runs
+// in its own goroutine; the listener and the connections are closed, and
+// serve waited for, at cleanup.
+func zmtpPeer(t *testing.T, sockType string, serve func(c net.Conn, z *jwire.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				z, err := jwire.Handshake(c, sockType)
+				if err != nil {
+					return
+				}
+				serve(c, z)
+			})
+		}
+	})
+	return ln.Addr().String()
 }
 
-// TestDirectReadBounded: the direct path's reader takes a kernel's
-// messages (routing frames, signature, buffers) and keeps what a hostile
-// one sends bounded: an envelope too big to route drops its message, a
-// frame without the delimiter is skipped, an oversized stream message
-// arrives in pieces; the messages after each still arrive.
-func TestDirectReadBounded(t *testing.T) {
-	client, server := net.Pipe()
-	defer client.Close()
-	z := &zsock{c: client, br: bufio.NewReaderSize(client, 64<<10)}
-	d := &direct{k: &Kernel{log: slog.New(slog.DiscardHandler)}}
-
-	parent := `{"msg_id":"p1","msg_type":"execute_request","session":"s","username":"u","version":"5.3"}`
-	hdr := func(id, typ string) string {
-		return `{"msg_id":"` + id + `","msg_type":"` + typ + `","session":"k","username":"k","version":"5.3","date":"2026-12-02T10:00:00.000000Z"}`
+// shortFrame appends a ZMTP frame of at most 255 bytes to b, with MORE if
+// more frames of its message follow.
+func shortFrame(b []byte, more bool, body []byte) []byte {
+	var flags byte
+	if more {
+		flags = 0x01
 	}
-	big := strings.Repeat("a", MaxMessageBytes+(3<<20))
-	bigContent, _ := json.Marshal(map[string]string{"name": "stdout", "text": big})
-	go func() {
-		defer server.Close()
-		w := &zsock{c: server}
-		for _, m := range [][][]byte{
-			zmqMessage("stream.stdout", hdr("m1", "stream"), parent, `{"name":"stdout","text":"one"}`, []byte("buf")),
-			zmqMessage("x", `{"pad":"`+strings.Repeat("h", maxEnvelopeValue+1)+`"}`, parent, `{}`),
-			{[]byte("no delimiter")},
-			zmqMessage("stream.stdout", hdr("m2", "stream"), parent, `{"name":"stdout","text":"two"}`),
-			zmqMessage("stream.stdout", hdr("m3", "stream"), parent, string(bigContent)),
-			zmqMessage("status", hdr("m4", "status"), parent, `{"execution_state":"idle"}`),
-		} {
-			if err := w.send(m); err != nil {
+	return append(append(b, flags, byte(len(body))), body...)
+}
+
+// writeFlood sends the start of a Jupyter message on iopub (topic,
+// delimiter, signature, header, parent, metadata, content), then n empty
+// buffer frames (rounded up to whole chunks of chunk empty frames) and a
+// last empty frame that ends the message. It stops at the first failed
+// write: envd hung up.
+func writeFlood(c net.Conn, chunk, n int) {
+	m := &Message{
+		Header:  Header{MsgID: "m", MsgType: "status", Session: "k", Username: "k", Version: "5.3"},
+		Content: json.RawMessage(`{"execution_state":"idle"}`),
+	}
+	var head []byte
+	for _, f := range append([][]byte{[]byte("status")}, m.ZMQFrames(nil)...) {
+		head = shortFrame(head, true, f)
+	}
+	if _, err := c.Write(head); err != nil {
+		return
+	}
+	empties := bytes.Repeat(shortFrame(nil, true, nil), chunk)
+	for sent := 0; sent < n; sent += chunk {
+		if _, err := c.Write(empties); err != nil {
+			return
+		}
+	}
+	_, _ = c.Write(shortFrame(nil, false, nil))
+}
+
+// warnings records the log records of level Warn and above.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string // guarded by mu
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnings) WithGroup(string) slog.Handler                { return w }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	s := r.Message
+	r.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
+	w.mu.Lock()
+	w.msgs = append(w.msgs, s)
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *warnings) list() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.msgs...)
+}
+
+// TestDirectPathReconnectsAfterFlood: a fake kernel on 127.0.0.1 answers
+// the direct path's kernel_info, then floods iopub with a message of five
+// million empty frames. The path gives up the connection (one warning
+// naming the bound) and connects again, to a kernel that behaves.
+func TestDirectPathReconnectsAfterFlood(t *testing.T) {
+	t.Parallel()
+	statuses := make(chan Header, 16) // request headers, for iopub's status idle
+	flood := make(chan struct{})
+	var shellConns, iopubConns atomic.Int32
+	shellAddr := zmtpPeer(t, "ROUTER", func(_ net.Conn, z *jwire.Conn) {
+		shellConns.Add(1)
+		for {
+			var req *Message
+			if err := jwire.ReadMessage(z, ChannelShell, nil, func(m *Message) { req = m }); err != nil {
+				return
+			}
+			if req == nil {
+				t.Error("shell got a message that is not a Jupyter message")
+				return
+			}
+			reply := &Message{
+				Header:       Header{MsgID: "r", MsgType: "kernel_info_reply", Session: "k", Username: "k", Version: "5.3"},
+				ParentHeader: req.Header,
+				Content:      json.RawMessage(`{"status":"ok"}`),
+			}
+			if z.Send(reply.ZMQFrames(nil)) != nil {
+				return
+			}
+			select {
+			case statuses <- req.Header:
+			case <-t.Context().Done():
 				return
 			}
 		}
-	}()
-	var got []*Message
-	emit := func(m *Message) { m.Channel = ChannelIOPub; got = append(got, m) }
-	for {
-		if err := d.readMessage(z, ChannelIOPub, emit); err != nil {
-			if err != io.EOF && !strings.Contains(err.Error(), "closed pipe") {
-				t.Fatalf("read: %v", err)
-			}
-			break
+	})
+	iopubAddr := zmtpPeer(t, "PUB", func(c net.Conn, z *jwire.Conn) {
+		n := iopubConns.Add(1)
+		// The subscription: a message, but not a Jupyter one.
+		if err := jwire.ReadMessage(z, ChannelIOPub, nil, func(*Message) {}); err != nil {
+			return
 		}
-	}
-	var ids []string
-	var text strings.Builder
-	for _, m := range got {
-		ids = append(ids, m.Header.MsgID)
-		if m.ParentHeader.MsgID != "p1" {
-			t.Errorf("message %s: parent %q", m.Header.MsgID, m.ParentHeader.MsgID)
+		var floodNow <-chan struct{}
+		if n == 1 {
+			floodNow = flood
 		}
-		if m.Header.MsgID == "m3" {
-			var sc StreamContent
-			if err := m.DecodeContent(&sc); err != nil {
-				t.Fatal(err)
-			}
-			text.WriteString(sc.Text)
-			if len(m.Content) > MaxMessageBytes {
-				t.Errorf("a piece of %d bytes", len(m.Content))
+		for {
+			select {
+			case <-t.Context().Done():
+				return
+			case <-floodNow:
+				writeFlood(c, 1<<15, 5<<20)
+				return
+			case req := <-statuses:
+				status := &Message{
+					Header:       Header{MsgID: "s", MsgType: "status", Session: "k", Username: "k", Version: "5.3"},
+					ParentHeader: req,
+					Content:      json.RawMessage(`{"execution_state":"idle"}`),
+				}
+				if z.Send(append([][]byte{[]byte("status")}, status.ZMQFrames(nil)...)) != nil {
+					return
+				}
 			}
 		}
+	})
+	dir := t.TempDir()
+	port := func(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
+	testutil.WriteFile(t, dir+"/kernel-k1.json", `{"transport":"tcp","ip":"127.0.0.1","shell_port":`+port(shellAddr)+
+		`,"iopub_port":`+port(iopubAddr)+`,"key":"secret","signature_scheme":"hmac-sha256"}`, 0o600)
+
+	warns := &warnings{}
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &Kernel{
+		id: "k1", client: &Client{connDir: dir}, log: slog.New(warns), clock: quartz.NewReal(), ctx: ctx, cancel: cancel,
+		opts:    KernelOptions{Direct: true, NudgeInterval: 50 * time.Millisecond},
+		pending: make(map[string]request), directIDs: make(map[string]bool), changed: make(chan struct{}),
 	}
-	if ids[0] != "m1" || ids[1] != "m2" || ids[len(ids)-1] != "m4" || len(ids) < 4 {
-		t.Fatalf("messages %v: want m1, m2, m3 in pieces, m4", ids)
+	k.startDirect()
+	t.Cleanup(func() { cancel(); k.readers.Wait() }) // before the peers close
+	up := func() bool { up, _ := DirectForTest(k); return up }
+	if !testutil.PollFor(20*time.Second, up) {
+		t.Fatal("the direct path never came up")
 	}
-	if !bytes.Equal(got[0].Buffers[0], []byte("buf")) || string(got[0].Content) != `{"name":"stdout","text":"one"}` {
-		t.Errorf("m1: content %s, buffers %q", got[0].Content, got[0].Buffers)
+	close(flood)
+	if !testutil.PollFor(20*time.Second, func() bool { return shellConns.Load() == 2 && up() }) {
+		t.Fatalf("the direct path did not come back: %d connections, up %v", shellConns.Load(), up())
 	}
-	if text.String() != big {
-		t.Errorf("the big print: %d bytes arrived, want %d intact", text.Len(), len(big))
+	got := warns.list()
+	bound := regexp.MustCompile(`over its bound.*more than \d+ frames`)
+	if len(got) != 1 || !bound.MatchString(got[0]) {
+		t.Errorf("warnings %q, want one naming the bound", got)
 	}
 }

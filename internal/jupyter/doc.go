@@ -32,9 +32,13 @@
 // Jupyter Server 1.23 (Debian bookworm) quirks this package absorbs: the
 // ~40 ms Nagle delay, iopub messages lost right after a restart, kernels
 // outside the server's process group, 500s that mean "not found", single
-// frames of any size for big outputs (decoded as a stream, frame.go), and
-// WebSocket pings that cut a connection whose pong queues behind output
-// (turned off in the server's config).
+// frames of any size for big outputs (decoded as a stream,
+// jwire.ReadFrame), and WebSocket pings that cut a connection whose pong
+// queues behind output (turned off in the server's config).
+//
+// The bytes on the wire (Jupyter messages, the bounded decoding of a
+// WebSocket frame, the ZeroMQ client of the direct path) are package
+// jwire's; Message and the content types are its, under their names here.
 //
 // This is a domain package: it uses net/http only as a client and knows
 // nothing of Connect or of the HTTP API above it.

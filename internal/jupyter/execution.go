@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/envd-dev/envd/internal/jupyter/jwire"
 )
 
 // Execution is one execute_request in flight. Its messages (every message
@@ -160,13 +162,14 @@ func isControl(m *Message) bool {
 	return false
 }
 
-// size is what a message costs in the queue, roughly: each buffer costs
-// its slice header besides its bytes (zmtpFrameCost, as on the direct
-// path), so a message of many empty buffers is charged what it holds.
-func (m *Message) size() int {
+// messageSize is what a message costs in the queue, roughly: each buffer
+// costs its slice header besides its bytes (jwire.FrameCost, as on the
+// direct path), so a message of many empty buffers is charged what it
+// holds.
+func messageSize(m *Message) int {
 	n := 512 + len(m.Content) + len(m.Metadata)
 	for _, b := range m.Buffers {
-		n += zmtpFrameCost + len(b)
+		n += jwire.FrameCost + len(b)
 	}
 	return n
 }
@@ -175,7 +178,7 @@ func (m *Message) size() int {
 // waiting up to ReaderGrace when the queue is full.
 func (e *Execution) deliver(m *Message) {
 	defer signal(e.activity)
-	size := m.size()
+	size := messageSize(m)
 	limit := e.k.opts.MaxQueuedBytes
 	now := e.k.clock.Now()
 	e.mu.Lock()
@@ -289,19 +292,19 @@ func (e *Execution) dropLocked(m *Message, size int) {
 	mk := &Message{
 		Channel: ChannelIOPub,
 		Header: Header{
-			MsgID:    newID(),
+			MsgID:    jwire.NewID(),
 			MsgType:  "stream",
 			Session:  e.k.session,
 			Username: "envd",
 			Date:     e.k.clock.Now().UTC().Format("2006-01-02T15:04:05.000000Z"),
-			Version:  protocolVersion,
+			Version:  jwire.ProtocolVersion,
 		},
 		ParentHeader: Header{MsgID: e.ID, MsgType: "execute_request"},
 		Content:      markerContent(n, e.k.opts.MaxQueuedBytes),
 		Dropped:      n,
 	}
-	e.queue = append(e.queue, queued{m: mk, size: mk.size(), marker: true})
-	e.allBytes += mk.size()
+	e.queue = append(e.queue, queued{m: mk, size: messageSize(mk), marker: true})
+	e.allBytes += messageSize(mk)
 }
 
 func markerContent(n int64, limit int) json.RawMessage {

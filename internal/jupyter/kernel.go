@@ -15,6 +15,8 @@ import (
 	"github.com/coder/quartz"
 	"github.com/coder/websocket"
 	"golang.org/x/sys/unix"
+
+	"github.com/envd-dev/envd/internal/jupyter/jwire"
 )
 
 // writeTimeout bounds one frame write. Writes use the kernel's own context
@@ -156,7 +158,7 @@ func (c *Client) Connect(ctx context.Context, kernelID string, opts KernelOption
 	k := &Kernel{
 		id:        kernelID,
 		client:    c,
-		session:   newID(),
+		session:   jwire.NewID(),
 		opts:      opts,
 		log:       log.With("kernel_id", kernelID),
 		clock:     opts.Clock,
@@ -273,7 +275,7 @@ type ExecuteOptions struct {
 // from the Execution. The Execution's lifetime is not tied to ctx, which
 // only bounds reconnecting and sending.
 func (k *Kernel) Execute(ctx context.Context, code string, opts ExecuteOptions) (*Execution, error) {
-	msg, err := newMessage(ChannelShell, "execute_request", k.session, map[string]any{
+	msg, err := jwire.NewMessage(ChannelShell, "execute_request", k.session, map[string]any{
 		"code":             code,
 		"silent":           opts.Silent,
 		"store_history":    !opts.Silent && !opts.NoHistory,
@@ -336,7 +338,7 @@ func (k *Kernel) KernelInfo(ctx context.Context) (*KernelInfo, error) {
 // The kernel's restart or death while waiting is ErrKernelRestarted or
 // ErrKernelDied.
 func (k *Kernel) ask(ctx context.Context, msgType string, content, out any) error {
-	msg, err := newMessage(ChannelShell, msgType, k.session, content)
+	msg, err := jwire.NewMessage(ChannelShell, msgType, k.session, content)
 	if err != nil {
 		return err
 	}
@@ -437,7 +439,7 @@ func (k *Kernel) Restart(ctx context.Context) error {
 
 // InputReply answers an input_request (from the stdin channel) with value.
 func (k *Kernel) InputReply(ctx context.Context, req *Message, value string) error {
-	msg, err := newMessage(ChannelStdin, "input_reply", k.session, map[string]string{"value": value})
+	msg, err := jwire.NewMessage(ChannelStdin, "input_reply", k.session, map[string]string{"value": value})
 	if err != nil {
 		return err
 	}
@@ -506,7 +508,7 @@ func (k *Kernel) send(ctx context.Context, msg *Message, r request) error {
 }
 
 func (k *Kernel) write(conn *websocket.Conn, msg *Message) error {
-	data, bin, err := msg.encode()
+	data, bin, err := msg.Encode()
 	if err != nil {
 		return err
 	}
@@ -637,7 +639,7 @@ func (k *Kernel) askUntilAnswered(ctx context.Context, stop <-chan error, retry 
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-			msg, err := newMessage(ChannelShell, "kernel_info_request", k.session, struct{}{})
+			msg, err := jwire.NewMessage(ChannelShell, "kernel_info_request", k.session, struct{}{})
 			if err != nil {
 				return err
 			}
@@ -678,7 +680,7 @@ func (k *Kernel) dial(ctx context.Context) (*websocket.Conn, error) {
 		return nil, fmt.Errorf("jupyter: connect kernel %s: %w", k.id, err)
 	}
 	// A 50 MB print or a 9 MB plotly figure arrives as a single frame;
-	// readFrame bounds what is kept of one, so the WebSocket need not.
+	// jwire.ReadFrame bounds what is kept of one, so the WebSocket need not.
 	conn.SetReadLimit(-1)
 	return conn, nil
 }
@@ -704,7 +706,7 @@ func (k *Kernel) readLoop(conn *websocket.Conn, done chan struct{}) {
 	for {
 		typ, r, err := conn.Reader(k.ctx)
 		if err == nil {
-			err = k.readFrame(typ == websocket.MessageBinary, r, emit)
+			err = jwire.ReadFrame(typ == websocket.MessageBinary, r, k.log, emit)
 		}
 		if err != nil {
 			k.connLost(conn, err)

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
+
+	"github.com/envd-dev/envd/internal/jupyter/jwire"
 )
 
 // Tags of the clock calls tests trap.
@@ -195,7 +197,7 @@ func (k *Kernel) probeShell(execID string, w *replyWaiter) string {
 	if !direct {
 		return k.probe(ChannelShell, w)
 	}
-	msg, err := newMessage(ChannelShell, "kernel_info_request", k.session, struct{}{})
+	msg, err := jwire.NewMessage(ChannelShell, "kernel_info_request", k.session, struct{}{})
 	if err != nil || !k.dp.send(msg, w) {
 		return ""
 	}
@@ -207,7 +209,7 @@ func (k *Kernel) probeShell(execID string, w *replyWaiter) string {
 // has failed already), for w to wait on. It returns the request's id, or
 // "" if there is no usable connection.
 func (k *Kernel) probe(channel string, w *replyWaiter) string {
-	msg, err := newMessage(channel, "kernel_info_request", k.session, struct{}{})
+	msg, err := jwire.NewMessage(channel, "kernel_info_request", k.session, struct{}{})
 	if err != nil {
 		return ""
 	}

@@ -15,27 +15,12 @@ import (
 // language that has no env/chdir snippet; the caller should skip the step.
 var ErrUnsupportedLanguage = errors.New("no env/chdir support for this language")
 
-// Languages, after normalization.
-const (
-	langPython     = "python"
-	langJavaScript = "javascript" // also typescript: Deno or IJavascript
-	langR          = "r"
-	langBash       = "bash"
-	langJava       = "java"
-)
-
+// normalizeLanguage returns the language of language's code (see
+// Language.Code): Python, JavaScript (for TypeScript too, on Deno or
+// IJavascript), R, Bash or Java.
 func normalizeLanguage(language string) (string, error) {
-	switch strings.ToLower(strings.TrimSpace(language)) {
-	case "", "python", "python3":
-		return langPython, nil
-	case "javascript", "js", "typescript", "ts", "deno":
-		return langJavaScript, nil
-	case "r":
-		return langR, nil
-	case "bash", "sh", "shell":
-		return langBash, nil
-	case "java":
-		return langJava, nil
+	if lang := codeLanguage(strings.ToLower(strings.TrimSpace(language))); lang != "" {
+		return lang, nil
 	}
 	return "", fmt.Errorf("startup: language %q: %w", language, ErrUnsupportedLanguage)
 }
@@ -49,7 +34,7 @@ func checkVars(lang string, vars map[string]*string) error {
 			return errors.New("startup: empty environment variable name")
 		case strings.ContainsAny(name, "=\x00"):
 			return fmt.Errorf("startup: invalid environment variable name %q", name)
-		case lang == langBash && !bashName.MatchString(name):
+		case lang == Bash && !bashName.MatchString(name):
 			return fmt.Errorf("startup: environment variable name %q is not a bash identifier", name)
 		case value != nil && strings.ContainsRune(*value, 0):
 			return fmt.Errorf("startup: value of %s contains a NUL byte", name)
@@ -100,19 +85,19 @@ func RestoreEnvCode(language string) (string, error) {
 		return "", err
 	}
 	switch lang {
-	case langPython:
+	case Python:
 		return "__envd_restoreenv();", nil
-	case langJavaScript:
+	case JavaScript:
 		return `void (function () { var s = globalThis.__envdSaved; if (!s) return; ` + jsEnvAccess +
 			`Object.keys(s).forEach(function (k) { if (s[k] === null) del(k); else set(k, s[k]); }); ` +
 			`globalThis.__envdSaved = Object.create(null); })();`, nil
-	case langR:
+	case R:
 		return `invisible(local({s <- getOption("envd.saved"); for (k in names(s)) { p <- s[[k]]; ` +
 			`if (is.na(p)) Sys.unsetenv(k) else do.call(Sys.setenv, stats::setNames(list(p), k)) }; ` +
 			`options(envd.saved = NULL)}))`, nil
-	case langBash:
+	case Bash:
 		return "#%envd restoreenv", nil
-	case langJava:
+	case Java:
 		return `{ for (String envdKey : System.getProperties().stringPropertyNames()) { ` +
 			`if (!envdKey.startsWith("envd.saved.")) continue; String envdName = envdKey.substring(11); ` +
 			`String envdOld = System.getProperty(envdKey); System.clearProperty(envdKey); ` +
@@ -142,16 +127,16 @@ func ChdirCode(language, dir string) (string, error) {
 	}
 	lit, js := jsonLiteral(dir)
 	switch lang {
-	case langPython:
+	case Python:
 		return `__import__("os").chdir(__import__("json").loads(` + lit + `));`, nil
-	case langJavaScript:
+	case JavaScript:
 		return `void (function (d) { if (typeof Deno !== "undefined") Deno.chdir(d); else process.chdir(d); })(JSON.parse(` +
 			lit + `));`, nil
-	case langR:
+	case R:
 		return `invisible(setwd(local({d <- jsonlite::fromJSON(` + lit + `); Encoding(d) <- "unknown"; d})))`, nil
-	case langBash:
+	case Bash:
 		return "#%envd chdir " + js, nil
-	case langJava:
+	case Java:
 		return `System.setProperty("user.dir", ` + javaString(dir) + `);`, nil
 	}
 	panic("unreachable")
@@ -176,12 +161,12 @@ func envCode(language string, vars map[string]*string, global bool) (string, err
 	}
 	lit, js := jsonLiteral(vars)
 	switch lang {
-	case langPython:
+	case Python:
 		if global {
 			return "__envd_setenv(" + lit + ", True);", nil
 		}
 		return "__envd_setenv(" + lit + ");", nil
-	case langJavaScript:
+	case JavaScript:
 		remember := `if (!(k in s)) s[k] = get(k);`
 		if global {
 			remember = `if (k in s) s[k] = v[k];`
@@ -190,7 +175,7 @@ func envCode(language string, vars map[string]*string, global bool) (string, err
 			`var s = globalThis.__envdSaved || (globalThis.__envdSaved = Object.create(null)); ` +
 			`Object.keys(v).forEach(function (k) { ` + remember + ` if (v[k] === null) del(k); else set(k, v[k]); }); ` +
 			`})(JSON.parse(` + lit + `));`, nil
-	case langR:
+	case R:
 		// Encoding(x) <- "unknown": jsonlite marks strings as UTF-8 and R
 		// would translate them to the native encoding, which in a C locale
 		// turns "é" into "<U+00E9>". Env values are bytes: pass them as is.
@@ -204,12 +189,12 @@ func envCode(language string, vars map[string]*string, global bool) (string, err
 			`if (!is.null(x)) Encoding(x) <- "unknown"; ` + remember + ` ` +
 			`if (is.null(x)) Sys.unsetenv(n) else do.call(Sys.setenv, stats::setNames(list(x), n)) }; ` +
 			`options(envd.saved = s)}))`, nil
-	case langBash:
+	case Bash:
 		if global {
 			return "#%envd setenv-global " + js, nil
 		}
 		return "#%envd setenv " + js, nil
-	case langJava:
+	case Java:
 		return javaEnvCode(vars, global), nil
 	}
 	panic("unreachable")

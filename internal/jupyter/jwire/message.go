@@ -1,4 +1,4 @@
-package jupyter
+package jwire
 
 import (
 	"crypto/rand"
@@ -18,9 +18,10 @@ const (
 	ChannelControl = "control"
 )
 
-// protocolVersion is the messaging protocol version we speak. Kernels accept
-// older and newer minor versions; 5.3 is what the E2B server sends too.
-const protocolVersion = "5.3"
+// ProtocolVersion is the messaging protocol version envd speaks. Kernels
+// accept older and newer minor versions; 5.3 is what the E2B server sends
+// too.
+const ProtocolVersion = "5.3"
 
 // Header is a Jupyter message header (and parent header).
 type Header struct {
@@ -43,7 +44,8 @@ func (h Header) Time() time.Time {
 	return t
 }
 
-// Message is one Jupyter message as seen on the kernel WebSocket.
+// Message is one Jupyter message, from the server's kernel WebSocket or
+// from a kernel's own ZeroMQ sockets.
 //
 // Metadata and Content are kept raw: MIME bundles must be passed through
 // byte for byte (a float 0.0 must stay 0.0), so decoding is left to the
@@ -57,9 +59,10 @@ type Message struct {
 	Buffers      [][]byte
 	// Dropped counts the bytes of output envd did not deliver, where a
 	// marker in the text says so too: cut from this message's strings
-	// because the kernel sent more than MaxMessageBytes in one message,
-	// or, in the stream message an Execution inserts when its reader fell
-	// behind, the output left out at that point. Zero otherwise.
+	// because the kernel sent more than MaxMessageBytes in one message
+	// (ReadFrame), or, in a stream message the layer above inserts where
+	// its reader fell behind, the output left out at that point. Zero
+	// otherwise.
 	Dropped int64
 }
 
@@ -126,7 +129,7 @@ type ClearOutputContent struct {
 }
 
 // InputRequestContent is the content of a stdin "input_request". IRkernel's
-// readline() sends one even when allow_stdin is false; see Kernel.InputReply.
+// readline() sends one even when allow_stdin is false.
 type InputRequestContent struct {
 	Prompt   string `json:"prompt"`
 	Password bool   `json:"password"`
@@ -224,9 +227,9 @@ func splitBinary(data []byte) ([][]byte, error) {
 	return parts, nil
 }
 
-// encode returns the frame for m: a text frame of JSON, or the binary layout
-// of decodeBinary when m has buffers.
-func (m *Message) encode() (data []byte, binaryFrame bool, err error) {
+// Encode returns the WebSocket frame for m: a text frame of JSON, or the
+// binary layout of decodeBinary when m has buffers.
+func (m *Message) Encode() (data []byte, binaryFrame bool, err error) {
 	w := wireMessage{
 		Header:       m.Header,
 		ParentHeader: emptyObject,
@@ -275,8 +278,8 @@ func (m *Message) encode() (data []byte, binaryFrame bool, err error) {
 	return out, true, nil
 }
 
-// newMessage builds a request with a fresh msg_id in the given session.
-func newMessage(channel, msgType, session string, content any) (*Message, error) {
+// NewMessage builds a request with a fresh msg_id in the given session.
+func NewMessage(channel, msgType, session string, content any) (*Message, error) {
 	c, err := json.Marshal(content)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s content: %w", msgType, err)
@@ -284,19 +287,19 @@ func newMessage(channel, msgType, session string, content any) (*Message, error)
 	return &Message{
 		Channel: channel,
 		Header: Header{
-			MsgID:    newID(),
+			MsgID:    NewID(),
 			MsgType:  msgType,
 			Session:  session,
 			Username: "envd",
 			Date:     time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"),
-			Version:  protocolVersion,
+			Version:  ProtocolVersion,
 		},
 		Content: c,
 	}, nil
 }
 
-// newID returns a random UUIDv4 string, the form Jupyter uses for ids.
-func newID() string {
+// NewID returns a random UUIDv4 string, the form Jupyter uses for ids.
+func NewID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux (Go ≥1.24)
 	b[6] = b[6]&0x0f | 0x40

@@ -1,4 +1,4 @@
-package jupyter
+package jwire
 
 import (
 	"bytes"
@@ -9,13 +9,13 @@ import (
 
 func TestBinaryFrameRoundTrip(t *testing.T) {
 	t.Parallel()
-	m, err := newMessage(ChannelShell, "comm_msg", "sess", map[string]any{"comm_id": "c1", "data": map[string]int{"x": 1}})
+	m, err := NewMessage(ChannelShell, "comm_msg", "sess", map[string]any{"comm_id": "c1", "data": map[string]int{"x": 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.ParentHeader = Header{MsgID: "parent", MsgType: "execute_request"}
 	m.Buffers = [][]byte{[]byte("first"), {}, {0, 1, 2, 255}}
-	data, bin, err := m.encode()
+	data, bin, err := m.Encode()
 	if err != nil || !bin {
 		t.Fatalf("encode: bin=%v err=%v", bin, err)
 	}
@@ -39,11 +39,11 @@ func TestBinaryFrameRoundTrip(t *testing.T) {
 
 func TestTextFrame(t *testing.T) {
 	t.Parallel()
-	m, err := newMessage(ChannelShell, "execute_request", "sess", map[string]any{"code": "1"})
+	m, err := NewMessage(ChannelShell, "execute_request", "sess", map[string]any{"code": "1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, bin, err := m.encode()
+	data, bin, err := m.Encode()
 	if err != nil || bin {
 		t.Fatalf("encode: bin=%v err=%v", bin, err)
 	}
@@ -95,9 +95,9 @@ func TestMalformedBinaryFrames(t *testing.T) {
 }
 
 func FuzzDecodeBinary(f *testing.F) {
-	m, _ := newMessage(ChannelIOPub, "comm_msg", "s", map[string]int{"a": 1})
+	m, _ := NewMessage(ChannelIOPub, "comm_msg", "s", map[string]int{"a": 1})
 	m.Buffers = [][]byte{[]byte("buf")}
-	data, _, _ := m.encode()
+	data, _, _ := m.Encode()
 	f.Add(data)
 	f.Add([]byte{0, 0, 0, 1, 0, 0, 0, 8, '{', '}'})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -107,11 +107,11 @@ func FuzzDecodeBinary(f *testing.F) {
 
 func TestNewIDIsUUIDv4(t *testing.T) {
 	t.Parallel()
-	id := newID()
+	id := NewID()
 	if len(id) != 36 || id[14] != '4' || !bytes.ContainsAny([]byte{id[19]}, "89ab") {
 		t.Errorf("id %q", id)
 	}
-	if newID() == id {
+	if NewID() == id {
 		t.Error("ids repeat")
 	}
 }

@@ -1,4 +1,4 @@
-package jupyter
+package jwire
 
 import (
 	"bufio"
@@ -14,14 +14,25 @@ import (
 	"time"
 )
 
-// A ZeroMQ peer of the least kind the direct path needs (direct.go): ZMTP
-// 3.0 over TCP with the NULL mechanism, as a DEALER (to a kernel's shell
-// ROUTER) or a SUB (to its iopub PUB). One connection, no reconnecting, no
-// queueing: the direct path owns those. libzmq 4 speaks 3.1 and takes a
-// 3.0 peer, whose subscriptions are plain messages (0x01 then the prefix).
+// A ZeroMQ peer of the least kind a direct connection to a kernel needs:
+// ZMTP 3.0 over TCP with the NULL mechanism, as a DEALER (to a kernel's
+// shell ROUTER) or a SUB (to its iopub PUB). One connection, no
+// reconnecting, no queueing: the caller owns those. libzmq 4 speaks 3.1 and
+// takes a 3.0 peer, whose subscriptions are plain messages (0x01 then the
+// prefix).
 
 // zmtpGreetingLen is the size of a ZMTP 3 greeting.
 const zmtpGreetingLen = 64
+
+// Timeouts of a connection's own writes and handshake.
+const (
+	// handshakeTimeout bounds Dial's handshake when its context has no
+	// deadline.
+	handshakeTimeout = 10 * time.Second
+	// sendTimeout bounds one Send: a peer that stops reading fails the
+	// send instead of blocking its callers.
+	sendTimeout = 30 * time.Second
+)
 
 // Frame flags.
 const (
@@ -38,35 +49,37 @@ const zmtpMaxCommand = 4 << 10
 // decides how many frames a message has and how long each is; what envd
 // may hold of one message is bounded as for the WebSocket (frame.go): one
 // message costs at most wholeFrameLimit, in at most maxMessageParts
-// frames. Every frame costs zmtpFrameCost (an empty one is 2 bytes on the
+// frames. Every frame costs FrameCost (an empty one is 2 bytes on the
 // wire but a slice header and more in envd), and a frame read into memory
 // (readSmall) its payload too, charged before it is allocated. Frames
 // skipped or streamed (an envelope too big to route; content bigger than
-// what is left, which goes through readFrame's bounded decoding, so that a
-// 50 MB print still arrives whole) cost zmtpFrameCost alone: their bytes
+// what is left, which goes through ReadFrame's bounded decoding, so that a
+// 50 MB print still arrives whole) cost FrameCost alone: their bytes
 // are not kept.
 //
 // A frame whose payload does not fit is skipped, and its message's reader
 // drops it as the WebSocket's reader does (readSmall reports false). A
 // message whose frames alone go over the budget or the count fails the
-// connection with errMessageBound, at that frame's header: the direct path
+// connection with ErrMessageBound, at that frame's header: the caller
 // then reconnects, as after any other broken connection.
 const (
-	// zmtpFrameCost is what a frame costs besides its payload.
-	zmtpFrameCost = 32
+	// FrameCost is what a frame costs besides its payload; a message's
+	// buffer is charged the same wherever envd holds it.
+	FrameCost = 32
 	// zmtpMessageBudget is what one message may cost.
 	zmtpMessageBudget = wholeFrameLimit
 )
 
 var (
 	errZMTP = errors.New("zmtp")
-	// errMessageBound is the peer's sending a message over its bound.
-	errMessageBound = fmt.Errorf("%w: kernel message over its bound", errZMTP)
+	// ErrMessageBound is the peer's sending a message over its bound: its
+	// connection is of no further use.
+	ErrMessageBound = fmt.Errorf("%w: kernel message over its bound", errZMTP)
 )
 
-// zsock is one ZMTP connection. Sends may come from any goroutine; reads
+// Conn is one ZMTP connection. Sends may come from any goroutine; reads
 // from one.
-type zsock struct {
+type Conn struct {
 	c   net.Conn
 	br  *bufio.Reader
 	wmu sync.Mutex
@@ -79,9 +92,10 @@ type zsock struct {
 	body   io.LimitedReader // the unread payload of the last frame
 }
 
-// dialZMTP connects to addr and shakes hands as a socket of type sockType
-// ("DEALER", "SUB"). ctx bounds the handshake.
-func dialZMTP(ctx context.Context, addr, sockType string) (*zsock, error) {
+// Dial connects to addr over TCP and shakes hands as a socket of type
+// sockType ("DEALER", "SUB"). ctx bounds the handshake (handshakeTimeout
+// if it has no deadline).
+func Dial(ctx context.Context, addr, sockType string) (*Conn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -90,10 +104,10 @@ func dialZMTP(ctx context.Context, addr, sockType string) (*zsock, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	} else {
-		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.SetDeadline(time.Now().Add(handshakeTimeout))
 	}
-	z := newZsock(c)
-	if err := z.handshake(sockType); err != nil {
+	z, err := Handshake(c, sockType)
+	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("%w: %s handshake with %s: %w", errZMTP, sockType, addr, err)
 	}
@@ -101,14 +115,25 @@ func dialZMTP(ctx context.Context, addr, sockType string) (*zsock, error) {
 	return z, nil
 }
 
-func newZsock(c net.Conn) *zsock {
-	return &zsock{c: c, br: bufio.NewReaderSize(c, 64<<10)}
+// Handshake shakes hands as a socket of type sockType over c, a connection
+// to a ZMTP 3 peer, at either end of it (the NULL mechanism's handshake is
+// the same both ways). c's deadlines bound it; c is not closed on failure.
+func Handshake(c net.Conn, sockType string) (*Conn, error) {
+	z := newConn(c)
+	if err := z.handshake(sockType); err != nil {
+		return nil, err
+	}
+	return z, nil
+}
+
+func newConn(c net.Conn) *Conn {
+	return &Conn{c: c, br: bufio.NewReaderSize(c, 64<<10)}
 }
 
 // handshake sends envd's greeting and READY and reads the peer's: every
 // length read is checked before anything is allocated for it (the
 // greeting has a fixed size, a command at most zmtpMaxCommand).
-func (z *zsock) handshake(sockType string) error {
+func (z *Conn) handshake(sockType string) error {
 	var g [zmtpGreetingLen]byte
 	g[0], g[9] = 0xff, 0x7f
 	g[10], g[11] = 3, 0 // version 3.0
@@ -169,8 +194,8 @@ func appendZMTPFrame(b []byte, flags byte, body []byte) []byte {
 	return append(b, body...)
 }
 
-// send writes one message, its frames in one write.
-func (z *zsock) send(frames [][]byte) error {
+// Send writes one message, its frames in one write.
+func (z *Conn) Send(frames [][]byte) error {
 	n := 0
 	for _, f := range frames {
 		n += 9 + len(f)
@@ -185,16 +210,16 @@ func (z *zsock) send(frames [][]byte) error {
 	}
 	z.wmu.Lock()
 	defer z.wmu.Unlock()
-	z.c.SetWriteDeadline(time.Now().Add(writeTimeout))
+	z.c.SetWriteDeadline(time.Now().Add(sendTimeout))
 	_, err := z.c.Write(b)
 	return err
 }
 
-// subscribe subscribes a SUB to every message.
-func (z *zsock) subscribe() error { return z.send([][]byte{{0x01}}) }
+// Subscribe subscribes a SUB to every message.
+func (z *Conn) Subscribe() error { return z.Send([][]byte{{0x01}}) }
 
 // frameHeader reads a frame's flags and size.
-func (z *zsock) frameHeader() (flags byte, size uint64, err error) {
+func (z *Conn) frameHeader() (flags byte, size uint64, err error) {
 	flags, err = z.br.ReadByte()
 	if err != nil {
 		return 0, 0, err
@@ -216,7 +241,7 @@ func (z *zsock) frameHeader() (flags byte, size uint64, err error) {
 
 // zframe is a frame being read: its flags, size, and the body unread.
 type zframe struct {
-	z    *zsock
+	z    *Conn
 	more bool
 	size uint64
 	body io.Reader // at most size bytes; read it, or skip it, before the next frame
@@ -225,7 +250,7 @@ type zframe struct {
 // next returns the next message frame, skipping commands (a PING, say).
 // It charges the frame to its message and fails once the message is over
 // its bound (see zmtpMessageBudget).
-func (z *zsock) next() (zframe, error) {
+func (z *Conn) next() (zframe, error) {
 	if z.body.N > 0 { // what the caller left of the last frame
 		if err := (zframe{z: z, body: &z.body}).skip(); err != nil {
 			return zframe{}, err
@@ -240,13 +265,13 @@ func (z *zsock) next() (zframe, error) {
 			z.frames, z.cost = 0, 0
 		}
 		z.frames++
-		z.cost += zmtpFrameCost
+		z.cost += FrameCost
 		if z.frames > maxMessageParts {
-			return zframe{}, fmt.Errorf("%w: more than %d frames", errMessageBound, maxMessageParts)
+			return zframe{}, fmt.Errorf("%w: more than %d frames", ErrMessageBound, maxMessageParts)
 		}
 		if z.cost > zmtpMessageBudget {
 			return zframe{}, fmt.Errorf("%w: %d frames cost more than %d bytes (%d bytes kept, %d a frame)",
-				errMessageBound, z.frames, zmtpMessageBudget, z.cost-z.frames*zmtpFrameCost, zmtpFrameCost)
+				ErrMessageBound, z.frames, zmtpMessageBudget, z.cost-z.frames*FrameCost, FrameCost)
 		}
 		if flags&zmtpCommand != 0 {
 			if size > zmtpMaxCommand {
@@ -264,7 +289,7 @@ func (z *zsock) next() (zframe, error) {
 }
 
 // room is what the message being read may still cost.
-func (z *zsock) room() uint64 { return uint64(max(zmtpMessageBudget-z.cost, 0)) }
+func (z *Conn) room() uint64 { return uint64(max(zmtpMessageBudget-z.cost, 0)) }
 
 // readSmall reads a frame whole if it holds at most limit bytes and fits
 // in its message's budget, which it is charged to; else it skips it and
@@ -290,4 +315,5 @@ func (f zframe) skip() error {
 	return nil
 }
 
-func (z *zsock) Close() error { return z.c.Close() }
+// Close closes the connection; a read in progress fails.
+func (z *Conn) Close() error { return z.c.Close() }

@@ -1,10 +1,9 @@
-package jupyter
+package jwire
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 )
@@ -23,9 +22,8 @@ func frameOf(t *testing.T, msgType, parent, channel string, content any) []byte 
 
 func decodeFrame(t *testing.T, frame []byte) []*Message {
 	t.Helper()
-	k := &Kernel{log: slog.New(slog.DiscardHandler)}
 	var got []*Message
-	if err := k.readFrame(false, bytes.NewReader(frame), func(m *Message) { got = append(got, m) }); err != nil {
+	if err := ReadFrame(false, bytes.NewReader(frame), nil, func(m *Message) { got = append(got, m) }); err != nil {
 		t.Fatal(err)
 	}
 	return got
@@ -121,13 +119,12 @@ func TestReadFrameBigBinaryDropsBuffers(t *testing.T) {
 		Content:      json.RawMessage(`{"comm_id": "c", "data": {"x": 1}}`),
 		Buffers:      [][]byte{bytes.Repeat([]byte{7}, wholeFrameLimit)},
 	}
-	frame, bin, err := m.encode()
+	frame, bin, err := m.Encode()
 	if err != nil || !bin {
 		t.Fatal(err)
 	}
-	k := &Kernel{log: slog.New(slog.DiscardHandler)}
 	var got []*Message
-	if err := k.readFrame(true, bytes.NewReader(frame), func(m *Message) { got = append(got, m) }); err != nil {
+	if err := ReadFrame(true, bytes.NewReader(frame), nil, func(m *Message) { got = append(got, m) }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 1 || got[0].Type() != "comm_msg" || got[0].ParentHeader.MsgID != "p1" || got[0].Buffers != nil ||
@@ -138,13 +135,12 @@ func TestReadFrameBigBinaryDropsBuffers(t *testing.T) {
 
 func TestReadFrameMalformed(t *testing.T) {
 	t.Parallel()
-	k := &Kernel{log: slog.New(slog.DiscardHandler)}
 	for _, frame := range [][]byte{
 		append([]byte(`{"header": {"msg_type": "stream"}, "content": {"text": "`), bytes.Repeat([]byte("a"), wholeFrameLimit)...), // unterminated
 		append(append([]byte(`{"header": `), bytes.Repeat([]byte("["), wholeFrameLimit)...), '}'),
 	} {
 		var got []*Message
-		if err := k.readFrame(false, bytes.NewReader(frame), func(m *Message) { got = append(got, m) }); err != nil {
+		if err := ReadFrame(false, bytes.NewReader(frame), nil, func(m *Message) { got = append(got, m) }); err != nil {
 			t.Fatal(err)
 		}
 		if len(got) != 0 {

@@ -1,4 +1,4 @@
-package jupyter
+package jwire
 
 import (
 	"bufio"
@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -48,7 +49,8 @@ const (
 	// anything is allocated for them: the JSON and buffers of a binary
 	// WebSocket frame, the ZeroMQ frames (routing identities, delimiter,
 	// signature, header, parent header, metadata, content, buffers) of one
-	// on the direct path (zmtp.go). A real kernel sends a handful.
+	// read from a kernel's own socket (zmtp.go). A real kernel sends a
+	// handful.
 	maxMessageParts = 1 << 16
 )
 
@@ -57,10 +59,15 @@ var (
 	errBadMessage = errors.New("malformed kernel message")
 )
 
-// readFrame reads one WebSocket message from r and hands the Messages it
-// holds to emit. It returns an error only if r fails (the connection is
-// broken); an undecodable message is logged and dropped.
-func (k *Kernel) readFrame(binaryFrame bool, r io.Reader, emit func(*Message)) error {
+// ReadFrame reads one WebSocket message from r, a binary frame if
+// binaryFrame, and hands the Messages it holds to emit. It returns an
+// error only if r fails (the connection is broken); an undecodable message
+// is dropped, and logged to log (nil: not logged), as is an oversized one
+// decoded as a stream.
+func ReadFrame(binaryFrame bool, r io.Reader, log *slog.Logger, emit func(*Message)) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	head, err := io.ReadAll(io.LimitReader(r, wholeFrameLimit+1))
 	if err != nil {
 		return err
@@ -73,7 +80,7 @@ func (k *Kernel) readFrame(binaryFrame bool, r io.Reader, emit func(*Message)) e
 			m, err = decodeText(head)
 		}
 		if err != nil {
-			k.log.Debug("dropping undecodable kernel message", "error", err)
+			log.Debug("dropping undecodable kernel message", "error", err)
 			return nil
 		}
 		emit(m)
@@ -94,10 +101,10 @@ func (k *Kernel) readFrame(binaryFrame bool, r io.Reader, emit func(*Message)) e
 		if cr.err != nil {
 			return cr.err
 		}
-		k.log.Warn("dropping undecodable oversized kernel message", "error", err, "bytes", cr.n)
+		log.Warn("dropping undecodable oversized kernel message", "error", err, "bytes", cr.n)
 		return nil
 	}
-	k.log.Debug("decoded an oversized kernel message as a stream", "bytes", cr.n)
+	log.Debug("decoded an oversized kernel message as a stream", "bytes", cr.n)
 	return nil
 }
 

@@ -1,24 +1,19 @@
-package jupyter
+package jwire
 
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/coder/quartz"
 
 	"github.com/envd-dev/envd/internal/testutil"
 )
@@ -135,22 +130,21 @@ func TestDirectReadRejectsFrameFlood(t *testing.T) {
 		}
 		writeFlood(c, chunk, flood)
 	})
-	z, err := dialZMTP(testutil.Context(t, 10*time.Second), addr, "SUB")
+	z, err := Dial(testutil.Context(t, 10*time.Second), addr, "SUB")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer z.Close()
-	if err := z.subscribe(); err != nil {
+	if err := z.Subscribe(); err != nil {
 		t.Fatal(err)
 	}
-	d := &direct{k: &Kernel{log: slog.New(slog.DiscardHandler)}}
 	var messages, buffers int
 	emit := func(m *Message) { messages++; buffers += len(m.Buffers) }
 
 	runtime.GC()
 	var before, after, kept runtime.MemStats
 	runtime.ReadMemStats(&before)
-	err = d.readMessage(z, ChannelIOPub, emit)
+	err = ReadMessage(z, ChannelIOPub, nil, emit)
 	runtime.ReadMemStats(&after)
 	runtime.GC()
 	runtime.ReadMemStats(&kept)
@@ -158,7 +152,7 @@ func TestDirectReadRejectsFrameFlood(t *testing.T) {
 	allocated := int64(after.TotalAlloc - before.TotalAlloc)
 	retained := int64(kept.HeapAlloc) - int64(before.HeapAlloc)
 	t.Logf("read: %v; %d messages with %d buffers; allocated %d KiB, retained %d KiB", err, messages, buffers, allocated>>10, retained>>10)
-	if !errors.Is(err, errMessageBound) || !strings.Contains(err.Error(), strconv.Itoa(maxMessageParts)+" frames") {
+	if !errors.Is(err, ErrMessageBound) || !strings.Contains(err.Error(), strconv.Itoa(maxMessageParts)+" frames") {
 		t.Errorf("read: %v, %d messages with %d buffers; want an error naming the bound of %d frames", err, messages, buffers, maxMessageParts)
 	}
 	if allocated > 2*zmtpMessageBudget {
@@ -185,14 +179,13 @@ func (bytesConn) SetWriteDeadline(time.Time) error { return nil }
 // readPeer shakes hands with a peer that sends stream, then reads its
 // messages until the stream fails or ends (nil error at its end).
 func readPeer(stream []byte) ([]*Message, error) {
-	z := newZsock(bytesConn{bytes.NewReader(stream)})
+	z := newConn(bytesConn{bytes.NewReader(stream)})
 	if err := z.handshake("SUB"); err != nil {
 		return nil, fmt.Errorf("handshake: %w", err)
 	}
-	d := &direct{k: &Kernel{log: slog.New(slog.DiscardHandler)}}
 	var got []*Message
 	for {
-		err := d.readMessage(z, ChannelIOPub, func(m *Message) { got = append(got, m) })
+		err := ReadMessage(z, ChannelIOPub, nil, func(m *Message) { got = append(got, m) })
 		if errors.Is(err, io.EOF) {
 			return got, nil
 		}
@@ -318,129 +311,10 @@ func TestZMTPPeerLengths(t *testing.T) {
 				t.Errorf("%d buffers, want %d", len(got[0].Buffers), tc.buffers)
 			}
 			if strings.Contains(tc.wantErr, "frames") || strings.Contains(tc.wantErr, "cost") {
-				if !errors.Is(err, errMessageBound) {
-					t.Errorf("%v is not errMessageBound", err)
+				if !errors.Is(err, ErrMessageBound) {
+					t.Errorf("%v is not ErrMessageBound", err)
 				}
 			}
 		})
-	}
-}
-
-// warnings records the log records of level Warn and above.
-type warnings struct {
-	mu   sync.Mutex
-	msgs []string // guarded by mu
-}
-
-func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
-func (w *warnings) WithGroup(string) slog.Handler                { return w }
-func (w *warnings) Handle(_ context.Context, r slog.Record) error {
-	s := r.Message
-	r.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
-	w.mu.Lock()
-	w.msgs = append(w.msgs, s)
-	w.mu.Unlock()
-	return nil
-}
-
-func (w *warnings) list() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]string(nil), w.msgs...)
-}
-
-// TestDirectPathReconnectsAfterFlood: a fake kernel on 127.0.0.1 answers
-// the direct path's kernel_info, then floods iopub with a message of five
-// million empty frames. The path gives up the connection (one warning
-// naming the bound) and connects again, to a kernel that behaves.
-func TestDirectPathReconnectsAfterFlood(t *testing.T) {
-	t.Parallel()
-	statuses := make(chan []byte, 16) // request headers, for iopub's status idle
-	flood := make(chan struct{})
-	chunk := floodChunk(1 << 15)
-	var shellConns, iopubConns atomic.Int32
-	shellAddr := zmtpPeer(t, "ROUTER", func(c net.Conn, br *bufio.Reader) {
-		shellConns.Add(1)
-		z := &zsock{c: c, br: br}
-		for {
-			var frames [][]byte
-			for more := true; more; {
-				f, err := z.next()
-				if err != nil {
-					return
-				}
-				b, _, err := f.readSmall(1 << 20)
-				if err != nil {
-					return
-				}
-				frames, more = append(frames, b), f.more
-			}
-			if len(frames) < 6 || !bytes.Equal(frames[0], idsMsg) {
-				t.Errorf("shell got %q", frames)
-				return
-			}
-			req := frames[2]
-			reply := `{"msg_id":"r","msg_type":"kernel_info_reply","session":"k","username":"k","version":"5.3"}`
-			if z.send([][]byte{idsMsg, nil, []byte(reply), req, []byte("{}"), []byte(`{"status":"ok"}`)}) != nil {
-				return
-			}
-			select {
-			case statuses <- req:
-			case <-t.Context().Done():
-				return
-			}
-		}
-	})
-	iopubAddr := zmtpPeer(t, "PUB", func(c net.Conn, br *bufio.Reader) {
-		n := iopubConns.Add(1)
-		if _, err := br.Discard(3); err != nil { // the subscription
-			return
-		}
-		z := &zsock{c: c}
-		var floodNow <-chan struct{}
-		if n == 1 {
-			floodNow = flood
-		}
-		for {
-			select {
-			case <-t.Context().Done():
-				return
-			case <-floodNow:
-				writeFlood(c, chunk, 5<<20)
-				return
-			case req := <-statuses:
-				status := `{"msg_id":"s","msg_type":"status","session":"k","username":"k","version":"5.3"}`
-				if z.send([][]byte{[]byte("status"), idsMsg, nil, []byte(status), req, []byte("{}"), []byte(`{"execution_state":"idle"}`)}) != nil {
-					return
-				}
-			}
-		}
-	})
-	dir := t.TempDir()
-	port := func(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
-	testutil.WriteFile(t, dir+"/kernel-k1.json", `{"transport":"tcp","ip":"127.0.0.1","shell_port":`+port(shellAddr)+
-		`,"iopub_port":`+port(iopubAddr)+`,"key":"secret","signature_scheme":"hmac-sha256"}`, 0o600)
-
-	warns := &warnings{}
-	ctx, cancel := context.WithCancel(context.Background())
-	k := &Kernel{
-		id: "k1", client: &Client{connDir: dir}, log: slog.New(warns), clock: quartz.NewReal(), ctx: ctx, cancel: cancel,
-		opts:    KernelOptions{Direct: true, NudgeInterval: 50 * time.Millisecond},
-		pending: make(map[string]request), directIDs: make(map[string]bool), changed: make(chan struct{}),
-	}
-	k.startDirect()
-	t.Cleanup(func() { cancel(); k.readers.Wait() }) // before the peers close
-	up := func() bool { up, _ := DirectForTest(k); return up }
-	if !testutil.PollFor(20*time.Second, up) {
-		t.Fatal("the direct path never came up")
-	}
-	close(flood)
-	if !testutil.PollFor(20*time.Second, func() bool { return shellConns.Load() == 2 && up() }) {
-		t.Fatalf("the direct path did not come back: %d connections, up %v", shellConns.Load(), up())
-	}
-	got := warns.list()
-	if len(got) != 1 || !strings.Contains(got[0], "over its bound") || !strings.Contains(got[0], fmt.Sprintf("more than %d frames", maxMessageParts)) {
-		t.Errorf("warnings %q, want one naming the bound", got)
 	}
 }

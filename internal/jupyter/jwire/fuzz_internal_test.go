@@ -1,4 +1,4 @@
-package jupyter
+package jwire
 
 import (
 	"bufio"
@@ -14,8 +14,8 @@ import (
 )
 
 // Fuzz targets for what a kernel (the sandbox user's code) sends envd:
-// ZMTP frames (zmtp.go), the Jupyter messages they carry (direct.go), and
-// the JSON of the messages readFrame decodes as it reads them (frame.go).
+// ZMTP frames (zmtp.go), the Jupyter messages they carry (zmq.go), and
+// the JSON of the messages ReadFrame decodes as it reads them (frame.go).
 // Seeds: f.Add below and testdata/fuzz/<target>.
 
 // zmtpStream is a peer's greeting and READY followed by frames, each
@@ -41,17 +41,17 @@ func FuzzZMTPReader(f *testing.F) {
 	f.Add(peerGreeting("PUB")[:zmtpGreetingLen])
 	f.Add([]byte("\xff\x00\x00\x00\x00\x00\x00\x00\x00\x7f\x03\x00CURVE"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		z := newZsock(bytesConn{bytes.NewReader(data)})
+		z := newConn(bytesConn{bytes.NewReader(data)})
 		if err := z.handshake("SUB"); err != nil {
 			return
 		}
 		for i := 0; ; i++ {
 			fr, err := z.next()
-			if z.frames > maxMessageParts+1 || z.cost > zmtpMessageBudget+zmtpFrameCost {
+			if z.frames > maxMessageParts+1 || z.cost > zmtpMessageBudget+FrameCost {
 				t.Fatalf("a message of %d frames costing %d got through", z.frames, z.cost)
 			}
 			if err != nil {
-				if errors.Is(err, errMessageBound) && z.frames <= maxMessageParts && z.cost <= zmtpMessageBudget {
+				if errors.Is(err, ErrMessageBound) && z.frames <= maxMessageParts && z.cost <= zmtpMessageBudget {
 					t.Fatalf("%v at %d frames costing %d", err, z.frames, z.cost)
 				}
 				return
@@ -93,7 +93,7 @@ func directFrames(frames [][]byte) []byte {
 
 // FuzzDirectMessage: any frames after a good handshake decode into
 // messages within the bounds, and each message decoded whole comes back
-// the same through the direct path's own encoding (zmqFrames), whose
+// the same through envd's own ZeroMQ encoding (ZMQFrames), whose
 // signature is the HMAC-SHA256 of its four parts.
 func FuzzDirectMessage(f *testing.F) {
 	hdr := `{"msg_id":"m1","msg_type":"stream","session":"k","username":"k","version":"5.3","date":"2026-12-02T10:00:00.000000Z"}`
@@ -124,8 +124,8 @@ func FuzzDirectMessage(f *testing.F) {
 			if kept > zmtpMessageBudget {
 				t.Fatalf("a message of %d bytes", kept)
 			}
-			// Back through the direct path's encoding.
-			frames := m.zmqFrames(key)
+			// Back through envd's encoding.
+			frames := m.ZMQFrames(key)
 			mac := hmac.New(sha256.New, key)
 			for _, p := range frames[2:6] {
 				mac.Write(p)
@@ -199,7 +199,7 @@ func canonicalKeys(data []byte) bool {
 	return check(data) && check(top["content"])
 }
 
-// FuzzBigDecoder: the hand-written decoder readFrame uses for a message
+// FuzzBigDecoder: the hand-written decoder ReadFrame uses for a message
 // too big to hold (bigDecoder), given any JSON at all, against
 // encoding/json (decodeText, for messages that are held whole). Where
 // encoding/json decodes a message, bigDecoder decodes the same one (a
@@ -255,7 +255,7 @@ func FuzzBigDecoder(f *testing.F) {
 }
 
 // isStreamPieces reports whether big is std, a stream message, as
-// readFrame delivers a big print: in pieces, each with std's header and
+// ReadFrame delivers a big print: in pieces, each with std's header and
 // parent, on iopub, whose texts make std's text, with std's name
 // ("stdout" if none). Other members of its content are not kept.
 func isStreamPieces(std *Message, big []*Message) bool {
