@@ -28,38 +28,13 @@ func zmtpPeer(t *testing.T, sockType string, serve func(c net.Conn, z *jwire.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
+	return testutil.Serve(t, ln, func(c net.Conn) {
+		z, err := jwire.Handshake(c, sockType)
+		if err != nil {
+			return
 		}
-		mu.Unlock()
-		wg.Wait()
+		serve(c, z)
 	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() {
-				defer c.Close()
-				z, err := jwire.Handshake(c, sockType)
-				if err != nil {
-					return
-				}
-				serve(c, z)
-			})
-		}
-	})
-	return ln.Addr().String()
 }
 
 // shortFrame appends a ZMTP frame of at most 255 bytes to b, with MORE if

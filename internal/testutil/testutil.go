@@ -406,3 +406,41 @@ func Sleeper(t testing.TB, as *identity.User) int {
 	})
 	return cmd.Process.Pid
 }
+
+// Serve accepts connections on ln until it is closed, each handled by
+// handle in a goroutine of its own. At tb's cleanup the listener and every
+// connection are closed, and the handlers waited for. It returns ln's
+// address.
+func Serve(tb testing.TB, ln net.Listener, handle func(net.Conn)) string {
+	tb.Helper()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	tb.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				handle(c)
+			})
+		}
+	})
+	return ln.Addr().String()
+}

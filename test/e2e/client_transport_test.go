@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/mdlayher/vsock"
@@ -38,64 +37,35 @@ func fcListener(t *testing.T, port uint32, dial func() (net.Conn, error)) string
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	keep := func(c net.Conn) {
-		mu.Lock()
-		conns = append(conns, c)
-		mu.Unlock()
-	}
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
+	// Closing conn at cleanup ends the copies, and with them up.
+	testutil.Serve(t, ln, func(conn net.Conn) {
+		var line []byte
+		var b [1]byte
+		for len(line) < 64 {
+			if _, err := conn.Read(b[:]); err != nil {
 				return
 			}
-			keep(conn)
-			wg.Go(func() {
-				defer conn.Close()
-				var line []byte
-				var b [1]byte
-				for len(line) < 64 {
-					if _, err := conn.Read(b[:]); err != nil {
-						return
-					}
-					if b[0] == '\n' {
-						break
-					}
-					line = append(line, b[0])
-				}
-				if string(line) != "CONNECT "+strconv.FormatUint(uint64(port), 10) {
-					return
-				}
-				up, err := dial()
-				if err != nil {
-					return
-				}
-				keep(up)
-				defer up.Close()
-				io.WriteString(conn, "OK 1073741823\n")
-				done := make(chan struct{}, 2)
-				go func() { io.Copy(up, conn); done <- struct{}{} }()
-				go func() { io.Copy(conn, up); done <- struct{}{} }()
-				<-done
-				conn.Close()
-				up.Close()
-				<-done
-			})
+			if b[0] == '\n' {
+				break
+			}
+			line = append(line, b[0])
 		}
+		if string(line) != "CONNECT "+strconv.FormatUint(uint64(port), 10) {
+			return
+		}
+		up, err := dial()
+		if err != nil {
+			return
+		}
+		defer up.Close()
+		io.WriteString(conn, "OK 1073741823\n")
+		done := make(chan struct{}, 2)
+		go func() { io.Copy(up, conn); done <- struct{}{} }()
+		go func() { io.Copy(conn, up); done <- struct{}{} }()
+		<-done
+		conn.Close()
+		up.Close()
+		<-done
 	})
 	return path
 }

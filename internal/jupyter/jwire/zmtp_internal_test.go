@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,46 +38,21 @@ func zmtpPeer(t *testing.T, sockType string, serve func(c net.Conn, br *bufio.Re
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
+	return testutil.Serve(t, ln, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := c.Write(peerGreeting(sockType)); err != nil {
+			return
 		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				if _, err := c.Write(peerGreeting(sockType)); err != nil {
-					return
-				}
-				// envd's greeting, then its READY (a short command frame).
-				var g [zmtpGreetingLen + 2]byte
-				if _, err := io.ReadFull(br, g[:]); err != nil {
-					return
-				}
-				if _, err := br.Discard(int(g[zmtpGreetingLen+1])); err != nil {
-					return
-				}
-				serve(c, br)
-			})
+		// envd's greeting, then its READY (a short command frame).
+		var g [zmtpGreetingLen + 2]byte
+		if _, err := io.ReadFull(br, g[:]); err != nil {
+			return
 		}
+		if _, err := br.Discard(int(g[zmtpGreetingLen+1])); err != nil {
+			return
+		}
+		serve(c, br)
 	})
-	return ln.Addr().String()
 }
 
 // floodChunk is a run of empty frames, each with MORE set.
