@@ -135,8 +135,8 @@ func main() {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		// envctl is short-lived, and streaming output it allocates a
 		// message's bytes per message: collecting less often costs a few
-		// MiB and saves about a tenth of the time of `envctl run` printing
-		// a gigabyte (bench/stream.sh: 2.6 s instead of 2.9-3.3 s here).
+		// MiB and saves time on `envctl run` printing a gigabyte
+		// (bench/stream.sh measures it).
 		debug.SetGCPercent(400)
 	}
 	os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))

@@ -9,17 +9,16 @@ import (
 
 // Spare cgroups: NewChild hands out a per-process cgroup made ahead, in the
 // background, and the child's Start makes the next one once the process
-// started. A start then skips the mkdir in each hierarchy (about 0.1 ms on
-// v1's memory hierarchy, more on a loaded machine), and the refill runs
-// while the process does, not while envd's thread moves between cgroups
-// (both take the kernel's cgroup locks: at the same time, the start took
-// 0.2 ms longer).
+// started. A start then skips the mkdir in each hierarchy (v1's memory
+// hierarchy's is the slow one), and the refill runs while the process
+// does, not while envd's thread moves between cgroups (both take the
+// kernel's cgroup locks: at the same time, the start waits).
 //
 // On cgroup v1, a per-process cgroup whose process ended is given back
 // (Release) and handed out again, rather than removed: its mkdir and rmdir
 // in each hierarchy, and the kernel's work behind a memory cgroup's birth
-// and death, are saved (0.07 to 0.16 ms of every command, measured A/B
-// through the SDK). A cgroup is given back only when it is empty, no
+// and death, are saved from every command's path (bench/run.sh measures
+// commands.run through the SDK). A cgroup is given back only when it is empty, no
 // process in it was OOM-killed (its counter would carry over) and it holds
 // at most maxReusedMemory (page cache its processes left charged to it;
 // its memory peak is reset to what is left, so a later process's peak

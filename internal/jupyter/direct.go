@@ -19,10 +19,9 @@ import (
 // The direct path. An execute_request of a kernel connected with
 // KernelOptions.Direct goes to the kernel's own shell socket, and its
 // messages come back from the kernel's shell and iopub sockets, not through
-// the Jupyter server's WebSocket: the server (jupyter_server 1.23, Python)
-// relays each message 1 to 1.9 ms after the kernel sent it (measured: the
-// kernel's header date of status idle, then its arrival in envd), and takes
-// 0.85 ms to hand a request on. The WebSocket stays: it carries everything
+// the Jupyter server's WebSocket: the server (Python) adds its own delay to
+// every message it relays, and to every request it hands on (bench/ has the
+// runCode row against the kernel's own round trip). The WebSocket stays: it carries everything
 // else (completions, kernel_info, stdin, the server's restarting and dead
 // notices), and executions while the direct path is down.
 //

@@ -548,10 +548,9 @@ func (p *Process) wait(exitc <-chan reaper.Exit, cleanup func()) {
 	cleanup()
 	close(p.done)
 	// Giving the cgroup back (it is looked at, then kept or removed: up to
-	// an rmdir in each hierarchy, about 0.1 ms on cgroup v1) need not hold
-	// the end back: the readers close(p.done) woke run first (they wait
-	// for this P otherwise, as rmdir is a syscall that keeps it: 0.08 ms
-	// before a follower sent the end).
+	// an rmdir in each hierarchy) need not hold the end back: the readers
+	// close(p.done) woke run first (they wait for this P otherwise, as
+	// rmdir is a syscall that keeps it, and the end would go out later).
 	if p.cg != nil {
 		runtime.Gosched()
 		p.cg.Release()

@@ -100,6 +100,12 @@ func TestHelp(t *testing.T) {
 			t.Errorf("usage does not mention %s:\n%s", want, out)
 		}
 	}
+	// One short line a flag: the README's flag table has the details.
+	for _, line := range strings.Split(string(out), "\n") {
+		if len(line) > 120 {
+			t.Errorf("a help line of %d characters (at most 120): %s", len(line), line)
+		}
+	}
 	for _, flag := range []string{"-host", "-port", "-code-port", "-default-user", "-access-token", "-vsock-port", "-unix-socket", "-log-format", "-version", "-strict-users", "-jupyter-as-root", "-warm-kernels"} {
 		if !strings.Contains(string(out), "  "+flag+" ") && !strings.Contains(string(out), "  "+flag+"\n") {
 			t.Errorf("usage lacks %s:\n%s", flag, out)
