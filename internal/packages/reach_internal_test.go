@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // TestLastError: a failure's message carries the one line of the
@@ -119,18 +121,6 @@ func TestBypassProxy(t *testing.T) {
 	}
 }
 
-// closedPort returns an address on loopback where nothing listens.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // TestUnreachable: an index is reachable when it takes a connection, or
 // its proxy gets through; one that answers is enough; the message names
 // each index and why.
@@ -165,7 +155,7 @@ func TestUnreachable(t *testing.T) {
 		}
 	}()
 	open := "http://" + ln.Addr().String() + "/simple"
-	closed := "http://" + closedPort(t) + "/simple"
+	closed := "http://" + testutil.ClosedAddr(t) + "/simple"
 	mustURL := func(s string) *url.URL {
 		u, err := url.Parse(s)
 		if err != nil {

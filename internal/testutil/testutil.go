@@ -132,6 +132,13 @@ func FreePort(tb testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// ClosedAddr returns a 127.0.0.1 address (host:port) where nothing listened
+// a moment ago: a server that refuses connections.
+func ClosedAddr(tb testing.TB) string {
+	tb.Helper()
+	return fmt.Sprintf("127.0.0.1:%d", FreePort(tb))
+}
+
 // SharedDir returns a fresh directory that every user may enter and read
 // (processes started through envd run as its default user), with a short
 // path (fit for a unix socket). It is removed when the test ends.

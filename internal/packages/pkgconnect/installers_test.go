@@ -2,7 +2,6 @@ package pkgconnect_test
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -327,7 +326,7 @@ func TestR(t *testing.T) {
 		t.Errorf("no such package: R's warning not streamed: %s", o)
 	}
 	// No repository reachable: envd says so before R runs.
-	down := "http://" + closedAddr(t)
+	down := "http://" + testutil.ClosedAddr(t)
 	offline := serve(t, owner, packages.Options{RLibrary: lib, Env: rRepos(t, owner, down)})
 	o = install(t, offline, owner.Name, &pb.InstallRequest{Manager: R, Packages: pip("envdNoSuchPkg")})
 	if want := "no package index reachable at " + down + ": connection refused; Rscript did not run"; connect.CodeOf(o.err) != connect.CodeFailedPrecondition ||
@@ -369,25 +368,13 @@ func rRepos(t *testing.T, owner *identity.User, repo string) func() map[string]s
 	return func() map[string]string { return map[string]string{"R_PROFILE": p} }
 }
 
-// closedAddr is a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // TestNpmOffline: with no registry reachable, a name fails at once,
 // naming the registry, and npm does not run; a tarball needs none.
 func TestNpmOffline(t *testing.T) {
 	t.Parallel()
 	owner := pkgtest.Owner(t)
 	proj := pkgtest.Dir(t, owner)
-	registry := "http://" + closedAddr(t) + "/"
+	registry := "http://" + testutil.ClosedAddr(t) + "/"
 	c := serve(t, owner, packages.Options{Env: func() map[string]string {
 		return map[string]string{"npm_config_registry": registry}
 	}})
