@@ -192,8 +192,24 @@ func writeCADir(dir string, ders [][]byte) error {
 // earlier /init (between the markers, and those of old anywhere: a run of
 // update-ca-certificates copies them in without the markers) and with
 // pems between the markers: where the earlier ones were, else at the end.
-// When that changes nothing it returns data itself.
+// A certificate of old that pems adds again is kept where it stands
+// outside the markers: it may have been there before any /init (the
+// system's own), and dropping it would make the same /init, sent twice,
+// change the bundle the second time. When that changes nothing it returns
+// data itself.
 func editBundle(data []byte, old [][]byte, pems []byte) []byte {
+	var adding [][]byte
+	for rest := pems; ; {
+		var p *pem.Block
+		if p, rest = pem.Decode(rest); p == nil {
+			break
+		}
+		adding = append(adding, p.Bytes)
+	}
+	drop := func(der []byte) bool {
+		same := func(d []byte) bool { return bytes.Equal(d, der) }
+		return slices.ContainsFunc(old, same) && !slices.ContainsFunc(adding, same)
+	}
 	var out bytes.Buffer
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64<<10), len(data)+1)
@@ -227,7 +243,7 @@ func editBundle(data []byte, old [][]byte, pems []byte) []byte {
 			}
 			text := strings.Join(block, "\n") + "\n"
 			block = nil
-			if p, _ := pem.Decode([]byte(text)); p != nil && slices.ContainsFunc(old, func(d []byte) bool { return bytes.Equal(d, p.Bytes) }) {
+			if p, _ := pem.Decode([]byte(text)); p != nil && drop(p.Bytes) {
 				continue
 			}
 			out.WriteString(text)
