@@ -160,8 +160,11 @@ func TestBadRequestsKeepServing(t *testing.T) {
 		wantStatus int
 		wantBody   string
 	}{
-		{name: "wrong token", method: "POST", path: "/process.Process/List", hdr: map[string]string{"X-Access-Token": "bad", "Content-Type": "application/json"}, body: []byte(`{}`), wantStatus: 401, wantBody: `"code":401`},
-		{name: "wrong token on a stream", method: "POST", path: "/process.Process/Start", hdr: map[string]string{"X-Access-Token": "bad", "Content-Type": "application/connect+json"}, body: envelope(0, []byte(`{}`)), wantStatus: 401, wantBody: `"code":401`},
+		// A Connect route refuses in Connect's shape: a unary call with 401,
+		// a stream with its end-of-stream error.
+		{name: "wrong token", method: "POST", path: "/process.Process/List", hdr: map[string]string{"X-Access-Token": "bad", "Content-Type": "application/json"}, body: []byte(`{}`), wantStatus: 401, wantBody: `"code":"unauthenticated"`},
+		{name: "wrong token on a stream", method: "POST", path: "/process.Process/Start", hdr: map[string]string{"X-Access-Token": "bad", "Content-Type": "application/connect+json"}, body: envelope(0, []byte(`{}`)), wantStatus: 200, wantBody: `"code":"unauthenticated"`},
+		{name: "wrong token on the HTTP API", method: "GET", path: "/envs", hdr: map[string]string{"X-Access-Token": "bad"}, wantStatus: 401, wantBody: `"code":401`},
 		{name: "malformed JSON", method: "POST", path: "/process.Process/List", hdr: with("Content-Type", "application/json"), body: []byte(`{"processes":`), wantStatus: 400, wantBody: `"code":"invalid_argument"`},
 		{name: "JSON of the wrong shape", method: "POST", path: "/process.Process/SendSignal", hdr: with("Content-Type", "application/json"), body: []byte(`{"process":{"pid":"many"}}`), wantStatus: 400, wantBody: `"code":"invalid_argument"`},
 		{name: "binary garbage", method: "POST", path: "/process.Process/List", hdr: with("Content-Type", "application/proto"), body: []byte{0xff, 0xff, 0xff, 0xff, 0x0f}, wantStatus: 400, wantBody: ""},
