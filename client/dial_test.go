@@ -72,14 +72,7 @@ func forwardTo(sock string, wantPort string) func(net.Conn, string) {
 		}
 		defer up.Close()
 		io.WriteString(conn, "OK 1073741824\n")
-		done := make(chan struct{}, 2)
-		go func() { io.Copy(up, conn); done <- struct{}{} }()
-		go func() { io.Copy(conn, up); done <- struct{}{} }()
-		// Either side hanging up ends the pipe, as in Firecracker.
-		<-done
-		conn.Close()
-		up.Close()
-		<-done
+		testutil.Splice(conn, up)
 	}
 }
 

@@ -9,6 +9,7 @@ package testutil
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -450,4 +451,17 @@ func Serve(tb testing.TB, ln net.Listener, handle func(net.Conn)) string {
 		}
 	})
 	return ln.Addr().String()
+}
+
+// Splice copies a and b into each other until either side hangs up, then
+// closes both and waits for the other copy: a pipe between two
+// connections, as a proxy (Firecracker's vsock device, say) makes one.
+func Splice(a, b net.Conn) {
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(a, b); done <- struct{}{} }()
+	go func() { io.Copy(b, a); done <- struct{}{} }()
+	<-done
+	a.Close()
+	b.Close()
+	<-done
 }

@@ -59,13 +59,7 @@ func fcListener(t *testing.T, port uint32, dial func() (net.Conn, error)) string
 		}
 		defer up.Close()
 		io.WriteString(conn, "OK 1073741823\n")
-		done := make(chan struct{}, 2)
-		go func() { io.Copy(up, conn); done <- struct{}{} }()
-		go func() { io.Copy(conn, up); done <- struct{}{} }()
-		<-done
-		conn.Close()
-		up.Close()
-		<-done
+		testutil.Splice(conn, up)
 	})
 	return path
 }
