@@ -112,7 +112,9 @@ func TestFileOps(t *testing.T) {
 func TestUploadDownload(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, client.Options{User: "root"})
-	ctx := testContext(t, 30*time.Second)
+	// Six 8 MiB transfers through -race builds on a machine the suite
+	// loads: bounded as a program is.
+	ctx := testContext(t, testutil.Program)
 	dir := sandboxDir(t)
 
 	data := make([]byte, 8<<20+123)

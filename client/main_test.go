@@ -74,7 +74,6 @@ type daemon struct {
 	cmd    *exec.Cmd
 	addr   string
 	exited chan struct{}
-	log    *os.File
 }
 
 // startDaemon starts envd on a free port (and sock, if not "") with extra
@@ -85,7 +84,10 @@ func startDaemon(sock string, jupyter bool, extra ...string) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-code-port", "0", "-log-level", "warn"}
+	// Its own cgroup tree: envd's default one ("envd") is shared with every
+	// other envd on the machine, and one that stops removes it.
+	tree := fmt.Sprintf("envd-client-test-%d-%d", os.Getpid(), port)
+	args := []string{"-host", "127.0.0.1", "-port", strconv.Itoa(port), "-code-port", "0", "-log-level", "warn", "-cgroup-tree", tree}
 	if !jupyter {
 		args = append(args, "-no-jupyter")
 	}

@@ -263,9 +263,11 @@ func TestPTY(t *testing.T) {
 func TestSignalAndTimeout(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, client.Options{})
-	ctx := testContext(t, testutil.Wait)
+	// Each subtest makes its own deadline: a parallel subtest may wait for
+	// its turn longer than a deadline set here.
 	t.Run("SIGTERM", func(t *testing.T) {
 		t.Parallel()
+		ctx := testContext(t, testutil.Wait)
 		p, err := c.Start(ctx, client.Command{Name: "sleep", Args: []string{"30"}})
 		if err != nil {
 			t.Fatal(err)
@@ -280,6 +282,7 @@ func TestSignalAndTimeout(t *testing.T) {
 	})
 	t.Run("unsupported signal", func(t *testing.T) {
 		t.Parallel()
+		ctx := testContext(t, testutil.Wait)
 		p, err := c.Start(ctx, client.Command{Name: "sleep", Args: []string{"0.5"}})
 		if err != nil {
 			t.Fatal(err)
@@ -291,6 +294,7 @@ func TestSignalAndTimeout(t *testing.T) {
 	})
 	t.Run("timeout", func(t *testing.T) {
 		t.Parallel()
+		ctx := testContext(t, testutil.Wait)
 		// Long enough for the shell to say it started on a loaded machine.
 		res, err := c.Run(ctx, client.Command{Name: "/bin/sh", Args: []string{"-c", "echo started; sleep 30"}, Timeout: 2 * time.Second})
 		if err != nil {
@@ -302,6 +306,7 @@ func TestSignalAndTimeout(t *testing.T) {
 	})
 	t.Run("deadline of the caller does not kill", func(t *testing.T) {
 		t.Parallel()
+		ctx := testContext(t, testutil.Wait)
 		// Long enough for Start to succeed on a loaded machine; the process
 		// outlives it.
 		short, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -384,7 +389,6 @@ func TestConnectAndList(t *testing.T) {
 func TestStartErrors(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, client.Options{})
-	ctx := testContext(t, testutil.Wait)
 	tests := []struct {
 		name string
 		c    *client.Client
@@ -402,6 +406,9 @@ func TestStartErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			// Its own deadline: a parallel subtest may wait for its turn
+			// longer than a deadline set before it.
+			ctx := testContext(t, testutil.Wait)
 			_, err := tt.c.Start(ctx, tt.cmd)
 			// A missing program matches exec.ErrNotFound, as exec's own
 			// error does; nothing else does.
@@ -436,10 +443,12 @@ func TestRunAsUser(t *testing.T) {
 func TestRunKillsWhenItsContextEnds(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, client.Options{})
-	ctx := testContext(t, testutil.Wait)
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("keep running %v", keep), func(t *testing.T) {
 			t.Parallel()
+			// Its own deadline: a parallel subtest may wait for its turn
+			// longer than a deadline set before it.
+			ctx := testContext(t, testutil.Wait)
 			tag := fmt.Sprintf("run-ctx-%v-%d", keep, time.Now().UnixNano())
 			short, cancel := context.WithCancel(ctx)
 			started := make(chan struct{})
@@ -496,7 +505,9 @@ func TestBulkOutput(t *testing.T) {
 		t.Run(fmt.Sprintf("OutputHTTP1=%v", o.OutputHTTP1), func(t *testing.T) {
 			t.Parallel()
 			c := newClient(t, o)
-			ctx := testContext(t, testutil.Wait)
+			// Not one step but two 6.9 MB streams, through -race builds
+			// on a machine the suite loads: bounded as a program is.
+			ctx := testContext(t, testutil.Program)
 			var out bytes.Buffer
 			p, err := c.Start(ctx, client.Command{Name: "seq", Args: []string{"1000000"}, Stdout: &out})
 			if err != nil {

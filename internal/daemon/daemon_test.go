@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -95,6 +97,9 @@ type running struct {
 	done   chan error // Run's result
 }
 
+// treeSeq numbers the cgroup trees of the daemons start runs.
+var treeSeq atomic.Int64
+
 // start runs the daemon in this process on a random port and a unix socket,
 // and returns once it is ready.
 func start(t *testing.T, cfg daemon.Config) *running {
@@ -106,6 +111,11 @@ func start(t *testing.T, cfg daemon.Config) *running {
 	cfg.NoJupyter = true
 	if cfg.UnixSocket == "" {
 		cfg.UnixSocket = filepath.Join(t.TempDir(), "envd.sock")
+	}
+	if cfg.CgroupTree == "" {
+		// Its own tree: envd's default one ("envd") is shared with every
+		// other envd on the machine, and one that stops removes it.
+		cfg.CgroupTree = fmt.Sprintf("envd-daemon-test-%d-%d", os.Getpid(), treeSeq.Add(1))
 	}
 	ready := make(chan struct{})
 	cfg.Ready = func() { close(ready) }
