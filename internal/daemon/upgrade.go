@@ -123,14 +123,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-// upgradeError is a refusal with its HTTP status.
-type upgradeError struct {
-	status int
-	msg    string
-}
-
-func (e *upgradeError) Error() string { return e.msg }
-
 // check opens and checks the binary, and runs its preflight; the caller
 // holds u.busy. Once it passed, the snapshot hooks' lock is held (see
 // Hooks.HoldForUpgrade) until the exec.
@@ -138,7 +130,7 @@ func (u *upgrader) check(ctx context.Context, path, sha string) (upgradeReq, err
 	// Held from here to the exec: no freeze may start in between.
 	release, err := u.p.hooks.HoldForUpgrade()
 	if err != nil {
-		return upgradeReq{}, &upgradeError{http.StatusConflict, err.Error()}
+		return upgradeReq{}, &server.StatusError{Status: http.StatusConflict, Msg: err.Error()}
 	}
 	ok := false
 	defer func() {
@@ -152,7 +144,7 @@ func (u *upgrader) check(ctx context.Context, path, sha string) (upgradeReq, err
 		if errors.Is(err, handover.ErrInvalid) {
 			status = http.StatusBadRequest
 		}
-		return upgradeReq{}, &upgradeError{status, err.Error()}
+		return upgradeReq{}, &server.StatusError{Status: status, Msg: err.Error()}
 	}
 	info, err := bin.Preflight(ctx, os.Args[1:])
 	if err != nil {
@@ -161,7 +153,7 @@ func (u *upgrader) check(ctx context.Context, path, sha string) (upgradeReq, err
 		if !errors.Is(err, handover.ErrRefused) {
 			status = http.StatusInternalServerError
 		}
-		return upgradeReq{}, &upgradeError{status, err.Error()}
+		return upgradeReq{}, &server.StatusError{Status: status, Msg: err.Error()}
 	}
 	ok = true
 	return upgradeReq{bin: bin, info: info}, nil
@@ -194,9 +186,9 @@ func (u *upgrader) post(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		u.busy.Unlock()
 		u.setLast(upgradeStatus{Via: "POST /upgrade", Path: body.Path, From: Version, Result: "refused", Error: err.Error()})
-		var ue *upgradeError
-		if errors.As(err, &ue) {
-			server.WriteError(w, ue.status, ue.msg)
+		var se *server.StatusError
+		if errors.As(err, &se) {
+			server.WriteError(w, se.Status, se.Msg)
 		} else {
 			server.WriteError(w, http.StatusInternalServerError, err.Error())
 		}

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/envd-dev/envd/internal/errkind"
 	"github.com/envd-dev/envd/internal/reaper"
 )
 
@@ -32,18 +33,6 @@ var (
 	// failed its preflight).
 	ErrRefused = errors.New("binary refused")
 )
-
-func errorf(kind error, format string, args ...any) error {
-	return &kindError{kind: kind, msg: fmt.Sprintf(format, args...)}
-}
-
-type kindError struct {
-	kind error
-	msg  string
-}
-
-func (e *kindError) Error() string        { return e.msg }
-func (e *kindError) Is(target error) bool { return target == e.kind }
 
 // Binary is a new envd binary, opened once and checked: what runs is this
 // open file, whatever its path names later.
@@ -72,30 +61,30 @@ func (b *Binary) Close() error { return b.f.Close() }
 // wantSHA when that is not "".
 func OpenBinary(path, wantSHA string) (*Binary, error) {
 	if path == "" {
-		return nil, errorf(ErrInvalid, "path is missing: name the new envd binary by its absolute path")
+		return nil, errkind.Errorf(ErrInvalid, "path is missing: name the new envd binary by its absolute path")
 	}
 	if !filepath.IsAbs(path) {
-		return nil, errorf(ErrInvalid, "path %q is relative: give the new envd binary's absolute path", path)
+		return nil, errkind.Errorf(ErrInvalid, "path %q is relative: give the new envd binary's absolute path", path)
 	}
 	if strings.ContainsRune(path, 0) {
-		return nil, errorf(ErrInvalid, "path %q contains a NUL byte", path)
+		return nil, errkind.Errorf(ErrInvalid, "path %q contains a NUL byte", path)
 	}
 	wantSHA = strings.ToLower(strings.TrimSpace(wantSHA))
 	if wantSHA != "" {
 		if b, err := hex.DecodeString(wantSHA); err != nil || len(b) != sha256.Size {
-			return nil, errorf(ErrInvalid, "sha256 %q: want 64 hex digits", wantSHA)
+			return nil, errkind.Errorf(ErrInvalid, "sha256 %q: want 64 hex digits", wantSHA)
 		}
 	}
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return nil, errorf(ErrRefused, "%s: no such file", path)
+		return nil, errkind.Errorf(ErrRefused, "%s: no such file", path)
 	case errors.Is(err, unix.ELOOP):
-		return nil, errorf(ErrRefused, "%s is a symbolic link: name the binary itself, not a link to it", path)
+		return nil, errkind.Errorf(ErrRefused, "%s is a symbolic link: name the binary itself, not a link to it", path)
 	case errors.Is(err, unix.ENOTDIR):
-		return nil, errorf(ErrRefused, "%s: a component of the path is not a directory", path)
+		return nil, errkind.Errorf(ErrRefused, "%s: a component of the path is not a directory", path)
 	case err != nil:
-		return nil, errorf(ErrRefused, "open %s: %v", path, err)
+		return nil, errkind.Errorf(ErrRefused, "open %s: %v", path, err)
 	}
 	b := &Binary{f: os.NewFile(uintptr(fd), path), Path: path}
 	if err := b.check(wantSHA); err != nil {
@@ -108,30 +97,30 @@ func OpenBinary(path, wantSHA string) (*Binary, error) {
 func (b *Binary) check(wantSHA string) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(b.FD(), &st); err != nil {
-		return errorf(ErrRefused, "stat %s: %v", b.Path, err)
+		return errkind.Errorf(ErrRefused, "stat %s: %v", b.Path, err)
 	}
 	mode := st.Mode
 	switch {
 	case mode&unix.S_IFMT != unix.S_IFREG:
-		return errorf(ErrRefused, "%s is not a regular file", b.Path)
+		return errkind.Errorf(ErrRefused, "%s is not a regular file", b.Path)
 	case st.Uid != 0 && int(st.Uid) != os.Geteuid():
-		return errorf(ErrRefused, "%s is owned by uid %d: the new envd must belong to root", b.Path, st.Uid)
+		return errkind.Errorf(ErrRefused, "%s is owned by uid %d: the new envd must belong to root", b.Path, st.Uid)
 	case mode&0o022 != 0:
-		return errorf(ErrRefused, "%s is writable by its group or by others (mode %04o): only its owner may be able to change envd", b.Path, mode&0o7777)
+		return errkind.Errorf(ErrRefused, "%s is writable by its group or by others (mode %04o): only its owner may be able to change envd", b.Path, mode&0o7777)
 	case mode&0o100 == 0:
-		return errorf(ErrRefused, "%s is not executable (mode %04o)", b.Path, mode&0o7777)
+		return errkind.Errorf(ErrRefused, "%s is not executable (mode %04o)", b.Path, mode&0o7777)
 	}
 	magic := make([]byte, 4)
 	if _, err := b.f.ReadAt(magic, 0); err != nil || !bytes.Equal(magic, []byte("\x7fELF")) {
-		return errorf(ErrRefused, "%s is not an ELF executable (envd is exec'd through its open file, which a script's interpreter cannot read)", b.Path)
+		return errkind.Errorf(ErrRefused, "%s is not an ELF executable (envd is exec'd through its open file, which a script's interpreter cannot read)", b.Path)
 	}
 	h := sha256.New()
 	if _, err := io.Copy(h, io.NewSectionReader(b.f, 0, st.Size)); err != nil {
-		return errorf(ErrRefused, "read %s: %v", b.Path, err)
+		return errkind.Errorf(ErrRefused, "read %s: %v", b.Path, err)
 	}
 	b.SHA256 = hex.EncodeToString(h.Sum(nil))
 	if wantSHA != "" && wantSHA != b.SHA256 {
-		return errorf(ErrRefused, "%s has sha256 %s, not the %s asked for", b.Path, b.SHA256, wantSHA)
+		return errkind.Errorf(ErrRefused, "%s has sha256 %s, not the %s asked for", b.Path, b.SHA256, wantSHA)
 	}
 	return nil
 }
@@ -187,7 +176,7 @@ func (b *Binary) Preflight(ctx context.Context, args []string) (Info, error) {
 	outW.Close()
 	errW.Close()
 	if err != nil {
-		return Info{}, errorf(ErrRefused, "preflight of %s: cannot run it: %v", b.Path, err)
+		return Info{}, errkind.Errorf(ErrRefused, "preflight of %s: cannot run it: %v", b.Path, err)
 	}
 	outc, errc := readUpTo(outR, 64<<10), readUpTo(errR, 64<<10)
 	var ex reaper.Exit
@@ -196,18 +185,18 @@ func (b *Binary) Preflight(ctx context.Context, args []string) (Info, error) {
 	case <-ctx.Done():
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-exitc
-		return Info{}, errorf(ErrRefused, "preflight of %s: no answer to -%s within %v", b.Path, CheckFlag, PreflightTimeout)
+		return Info{}, errkind.Errorf(ErrRefused, "preflight of %s: no answer to -%s within %v", b.Path, CheckFlag, PreflightTimeout)
 	}
 	out, stderr := <-outc, <-errc
 	if ex.Code() != 0 {
-		return Info{}, errorf(ErrRefused, "preflight of %s: %s -%s ended with %s: %s", b.Path, b.Path, CheckFlag, ex, summary(stderr, out))
+		return Info{}, errkind.Errorf(ErrRefused, "preflight of %s: %s -%s ended with %s: %s", b.Path, b.Path, CheckFlag, ex, summary(stderr, out))
 	}
 	info, ok := parseCheckLine(out)
 	if !ok {
-		return Info{}, errorf(ErrRefused, "preflight of %s: -%s printed %q, not an envd's handover check line: is it envd?", b.Path, CheckFlag, trim(out))
+		return Info{}, errkind.Errorf(ErrRefused, "preflight of %s: -%s printed %q, not an envd's handover check line: is it envd?", b.Path, CheckFlag, trim(out))
 	}
 	if Schema < info.ReadsLo || Schema > info.ReadsHi {
-		return info, errorf(ErrRefused, "preflight of %s: envd %s reads handover schemas %d to %d, and this envd writes schema %d", b.Path, info.Version, info.ReadsLo, info.ReadsHi, Schema)
+		return info, errkind.Errorf(ErrRefused, "preflight of %s: envd %s reads handover schemas %d to %d, and this envd writes schema %d", b.Path, info.Version, info.ReadsLo, info.ReadsHi, Schema)
 	}
 	return info, nil
 }

@@ -309,16 +309,8 @@ type written struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
-// httpError is a failure with the status to answer it with.
-type httpError struct {
-	status int
-	msg    string
-}
-
-func (e *httpError) Error() string { return e.msg }
-
-func badRequest(format string, args ...any) *httpError {
-	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+func badRequest(format string, args ...any) *server.StatusError {
+	return server.Errorf(http.StatusBadRequest, format, args...)
 }
 
 // upload serves POST /files: one raw body (application/octet-stream, path
@@ -331,9 +323,9 @@ func (a *API) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := a.receive(u, r, signed)
 	if err != nil {
-		var he *httpError
-		if errors.As(err, &he) {
-			server.WriteError(w, he.status, he.msg)
+		var se *server.StatusError
+		if errors.As(err, &se) {
+			server.WriteError(w, se.Status, se.Msg)
 		} else {
 			writeErr(w, err)
 		}
@@ -347,8 +339,8 @@ func (a *API) upload(w http.ResponseWriter, r *http.Request) {
 // errSignedArchive refuses an archive upload authorized by a signature: the
 // signature format (upstream's) names only "read" or "write", and a URL
 // signed to write one file must not unpack a tree of them.
-var errSignedArchive = &httpError{status: http.StatusForbidden,
-	msg: "a signed URL authorizes writing one file, not unpacking an archive: send the archive with the X-Access-Token header, or upload it as a file (application/octet-stream)"}
+var errSignedArchive = &server.StatusError{Status: http.StatusForbidden,
+	Msg: "a signed URL authorizes writing one file, not unpacking an archive: send the archive with the X-Access-Token header, or upload it as a file (application/octet-stream)"}
 
 // receive writes the body of an upload as u; signed tells that a signature
 // authorized it, which an archive upload is refused.

@@ -62,6 +62,7 @@
 package outbuf
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -461,6 +462,13 @@ func (e *LostError) Error() string {
 
 // Lost returns the number of bytes lost.
 func (e *LostError) Lost() int64 { return e.To - e.From }
+
+// ErrLost is the kind of every *LostError (errors.Is), for callers that map
+// error kinds to codes.
+var ErrLost = errors.New("output lost")
+
+// Is matches ErrLost.
+func (e *LostError) Is(target error) bool { return target == ErrLost }
 
 // formatSize writes n as "4 MiB", "64 KiB" or "1000-byte" (for use as an
 // adjective before "buffer"), using the largest unit that divides n.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+
+	"github.com/envd-dev/envd/internal/errkind"
 )
 
 // Family is a socket's address family.
@@ -109,7 +111,8 @@ type Failure struct {
 	Err  string
 }
 
-// ErrInvalid is bad input: a filter that selects nothing sensible.
+// ErrInvalid is the kind of bad input (errkind): a filter that selects
+// nothing sensible.
 var ErrInvalid = errors.New("invalid argument")
 
 // Filter selects ports; the zero Filter selects every one.
@@ -124,14 +127,14 @@ type Filter struct {
 func (f Filter) Validate() error {
 	for i, p := range f.Ports {
 		if p == 0 {
-			return fmt.Errorf("%w: ports[%d] is 0: a port is 1-65535", ErrInvalid, i)
+			return errkind.New(ErrInvalid, nil, "ports[%d] is 0: a port is 1-65535", i)
 		}
 	}
 	if f.PID < 0 {
-		return fmt.Errorf("%w: pid %d is negative", ErrInvalid, f.PID)
+		return errkind.New(ErrInvalid, nil, "pid %d is negative", f.PID)
 	}
 	if f.Family != 0 && f.Family != IPv4 && f.Family != IPv6 {
-		return fmt.Errorf("%w: %v is unknown: give ipv4, ipv6 or neither", ErrInvalid, f.Family)
+		return errkind.New(ErrInvalid, nil, "%v is unknown: give ipv4, ipv6 or neither", f.Family)
 	}
 	return nil
 }

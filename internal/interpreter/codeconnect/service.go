@@ -21,7 +21,9 @@ import (
 
 	pb "github.com/envd-dev/envd/gen/envd/interpreter/v1"
 	"github.com/envd-dev/envd/gen/envd/interpreter/v1/interpreterv1connect"
+	"github.com/envd-dev/envd/internal/errkind"
 	"github.com/envd-dev/envd/internal/interpreter"
+	"github.com/envd-dev/envd/internal/rpcerr"
 	"github.com/envd-dev/envd/internal/server"
 	"github.com/envd-dev/envd/internal/streamloop"
 )
@@ -108,36 +110,33 @@ func (s *Service) toConnectErr(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return connect.NewError(connect.CodeOf(ctxErr), ctxErr)
 	}
-	var code connect.Code
+	// Two kinds get a message that says what to do.
 	switch {
-	case errors.Is(err, interpreter.ErrContextNotFound), errors.Is(err, interpreter.ErrExecutionNotFound):
-		code = connect.CodeNotFound
 	case errors.Is(err, interpreter.ErrContextAndLanguage):
-		code, err = connect.CodeInvalidArgument, errors.New("give at most one of context_id and language: a context has its language")
-	case errors.Is(err, interpreter.ErrUnsupportedLanguage), errors.Is(err, interpreter.ErrBadCwd),
-		errors.Is(err, interpreter.ErrBadEnv):
-		code = connect.CodeInvalidArgument
-	case errors.Is(err, interpreter.ErrBadQuery):
-		code = connect.CodeInvalidArgument
-	case errors.Is(err, interpreter.ErrBusy), errors.Is(err, interpreter.ErrKernelUnavailable):
-		code = connect.CodeUnavailable
-	case errors.Is(err, interpreter.ErrNotSupported):
-		code = connect.CodeUnimplemented
-	case errors.Is(err, interpreter.ErrOutOfRange):
-		code = connect.CodeOutOfRange
+		err = errkind.New(interpreter.ErrContextAndLanguage, nil, "give at most one of context_id and language: a context has its language")
 	case errors.Is(err, interpreter.ErrNotReady):
-		code, err = connect.CodeUnavailable, fmt.Errorf("%w (waited up to %s; retry later)", err, s.readyWait)
-	case errors.Is(err, interpreter.ErrClosed):
-		code = connect.CodeUnavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		code = connect.CodeDeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = connect.CodeCanceled
-	default:
-		s.log.Warn("code request failed", "error", err)
-		code = connect.CodeInternal
+		err = fmt.Errorf("%w (waited up to %s; retry later)", err, s.readyWait)
 	}
-	return connect.NewError(code, err)
+	if _, known := kinds.Code(err); !known {
+		s.log.Warn("code request failed", "error", err)
+	}
+	return kinds.Error(err)
+}
+
+var kinds = rpcerr.Kinds{
+	{Err: interpreter.ErrContextNotFound, Code: connect.CodeNotFound},
+	{Err: interpreter.ErrExecutionNotFound, Code: connect.CodeNotFound},
+	{Err: interpreter.ErrContextAndLanguage, Code: connect.CodeInvalidArgument},
+	{Err: interpreter.ErrUnsupportedLanguage, Code: connect.CodeInvalidArgument},
+	{Err: interpreter.ErrBadCwd, Code: connect.CodeInvalidArgument},
+	{Err: interpreter.ErrBadEnv, Code: connect.CodeInvalidArgument},
+	{Err: interpreter.ErrBadQuery, Code: connect.CodeInvalidArgument},
+	{Err: interpreter.ErrBusy, Code: connect.CodeUnavailable},
+	{Err: interpreter.ErrKernelUnavailable, Code: connect.CodeUnavailable},
+	{Err: interpreter.ErrNotSupported, Code: connect.CodeUnimplemented},
+	{Err: interpreter.ErrOutOfRange, Code: connect.CodeOutOfRange},
+	{Err: interpreter.ErrNotReady, Code: connect.CodeUnavailable},
+	{Err: interpreter.ErrClosed, Code: connect.CodeUnavailable},
 }
 
 func invalid(format string, args ...any) error {

@@ -21,6 +21,7 @@ import (
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/outbuf"
 	"github.com/envd-dev/envd/internal/packages"
+	"github.com/envd-dev/envd/internal/rpcerr"
 	"github.com/envd-dev/envd/internal/server"
 	"github.com/envd-dev/envd/internal/streamloop"
 )
@@ -62,27 +63,18 @@ func (s *Service) toConnectErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	var code connect.Code
-	switch {
-	case errors.Is(err, packages.ErrInvalid):
-		code = connect.CodeInvalidArgument
-	case errors.Is(err, packages.ErrNotFound):
-		code = connect.CodeNotFound
-	case errors.Is(err, packages.ErrPermission):
-		code = connect.CodePermissionDenied
-	case errors.Is(err, packages.ErrFailed):
-		code = connect.CodeFailedPrecondition
-	case errors.Is(err, packages.ErrUnavailable):
-		code = connect.CodeUnavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		code = connect.CodeDeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = connect.CodeCanceled
-	default:
+	if _, known := kinds.Code(err); !known {
 		s.log.Warn("package request failed", "error", err)
-		code = connect.CodeInternal
 	}
-	return connect.NewError(code, err)
+	return kinds.Error(err)
+}
+
+var kinds = rpcerr.Kinds{
+	{Err: packages.ErrInvalid, Code: connect.CodeInvalidArgument},
+	{Err: packages.ErrNotFound, Code: connect.CodeNotFound},
+	{Err: packages.ErrPermission, Code: connect.CodePermissionDenied},
+	{Err: packages.ErrFailed, Code: connect.CodeFailedPrecondition},
+	{Err: packages.ErrUnavailable, Code: connect.CodeUnavailable},
 }
 
 var managers = map[pb.Manager]packages.Manager{

@@ -5,7 +5,6 @@ package portsconnect
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -17,6 +16,7 @@ import (
 	pb "github.com/envd-dev/envd/gen/envd/ports/v1"
 	"github.com/envd-dev/envd/gen/envd/ports/v1/portsv1connect"
 	"github.com/envd-dev/envd/internal/ports"
+	"github.com/envd-dev/envd/internal/rpcerr"
 	"github.com/envd-dev/envd/internal/server"
 	"github.com/envd-dev/envd/internal/streamloop"
 )
@@ -57,19 +57,14 @@ func (s *Service) toConnectErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	var code connect.Code
-	switch {
-	case errors.Is(err, ports.ErrInvalid):
-		code = connect.CodeInvalidArgument
-	case errors.Is(err, context.DeadlineExceeded):
-		code = connect.CodeDeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = connect.CodeCanceled
-	default:
+	if _, known := errKinds.Code(err); !known {
 		s.log.Warn("ports request failed", "error", err)
-		code = connect.CodeInternal
 	}
-	return connect.NewError(code, err)
+	return errKinds.Error(err)
+}
+
+var errKinds = rpcerr.Kinds{
+	{Err: ports.ErrInvalid, Code: connect.CodeInvalidArgument},
 }
 
 // filter converts the wire's filter, refusing what the domain's cannot
