@@ -13,10 +13,15 @@ COPY cmd/ cmd/
 COPY gen/ gen/
 COPY internal/ internal/
 COPY client/ client/
+# The public packages at the module's root (internal/ and client/ import them).
+COPY backoff/ backoff/
+COPY buildinfo/ buildinfo/
+COPY relay/ relay/
+COPY wirecodec/ wirecodec/
 # The commit the binaries report (envd -version, -commit): the build context
 # has no .git for Go to read it from.
 ARG ENVD_COMMIT=
-RUN ldflags="-s -w -X github.com/envd-dev/envd/internal/buildinfo.commit=${ENVD_COMMIT}" \
+RUN ldflags="-s -w -X github.com/envd-dev/envd/buildinfo.commit=${ENVD_COMMIT}" \
 	&& CGO_ENABLED=0 go build -buildvcs=false -trimpath -ldflags "$ldflags" -o /out/envd ./cmd/envd \
 	&& CGO_ENABLED=0 go build -buildvcs=false -trimpath -ldflags "$ldflags" -o /out/envctl ./cmd/envctl
 

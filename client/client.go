@@ -41,7 +41,7 @@ import (
 	"github.com/envd-dev/envd/gen/envd/ports/v1/portsv1connect"
 	"github.com/envd-dev/envd/gen/filesystem/filesystemconnect"
 	"github.com/envd-dev/envd/gen/process/processconnect"
-	"github.com/envd-dev/envd/internal/wirecodec"
+	"github.com/envd-dev/envd/wirecodec"
 )
 
 // DefaultAddr is where the zero Client finds envd.

@@ -15,7 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/envd-dev/envd/gen/process"
-	"github.com/envd-dev/envd/internal/wirecodec"
+	"github.com/envd-dev/envd/wirecodec"
 )
 
 // Command describes a process to start. Only Name is required.

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envd-dev/envd/internal/relay"
+	"github.com/envd-dev/envd/relay"
 )
 
 type forwardOpts struct {

@@ -6,9 +6,9 @@
 // the token, and metrics. `envctl completion bash|zsh|fish` prints a shell
 // completion script.
 // It reaches envd over TCP, a unix socket, AF_VSOCK, or the host side of a
-// Firecracker vsock device, through the client package (and
-// internal/buildinfo for its --version line: the version envd -version
-// prints).
+// Firecracker vsock device, through the client package (and the buildinfo
+// package for its --version line: the version envd -version prints); it
+// imports none of envd's internal packages.
 //
 // Run `envctl help` for the commands. Errors are one line on stderr, and
 // the exit code says what kind of failure it was:
@@ -48,8 +48,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/envd-dev/envd/buildinfo"
 	"github.com/envd-dev/envd/client"
-	"github.com/envd-dev/envd/internal/buildinfo"
 )
 
 // command is one subcommand.

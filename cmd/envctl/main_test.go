@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envd-dev/envd/buildinfo"
 	pb "github.com/envd-dev/envd/gen/process"
-	"github.com/envd-dev/envd/internal/buildinfo"
 )
 
 func TestParseVsock(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/envd-dev/envd/internal/buildinfo"
+	"github.com/envd-dev/envd/buildinfo"
 	"github.com/envd-dev/envd/internal/cgroup"
 	"github.com/envd-dev/envd/internal/daemon"
 	"github.com/envd-dev/envd/internal/handover"

@@ -19,12 +19,13 @@ import (
 	"github.com/coder/quartz"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/envd-dev/envd/buildinfo"
 	hpb "github.com/envd-dev/envd/gen/envd/handover/v1"
 	"github.com/envd-dev/envd/internal/auth"
-	"github.com/envd-dev/envd/internal/buildinfo"
 	"github.com/envd-dev/envd/internal/cgroup"
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/filesystem"
+	"github.com/envd-dev/envd/internal/filesystem/fsconnect"
 	"github.com/envd-dev/envd/internal/handover"
 	"github.com/envd-dev/envd/internal/httpapi"
 	"github.com/envd-dev/envd/internal/identity"
@@ -32,6 +33,7 @@ import (
 	"github.com/envd-dev/envd/internal/logship"
 	"github.com/envd-dev/envd/internal/packages"
 	"github.com/envd-dev/envd/internal/process"
+	"github.com/envd-dev/envd/internal/process/procconnect"
 	"github.com/envd-dev/envd/internal/reaper"
 	"github.com/envd-dev/envd/internal/server"
 	"github.com/envd-dev/envd/internal/slogtag"
@@ -270,10 +272,10 @@ func newParts(cfg Config, user string) (*parts, error) {
 	popts.Cgroups, popts.OOMScoreAdj = p.cg, cgroup.OOMScoreWorkload
 	p.procs = process.NewManager(popts)
 	opts := server.HandlerOptions(log, defs)
-	procPath, procHandler := process.NewService(p.procs, defs).Handler(opts...)
+	procPath, procHandler := procconnect.NewService(p.procs, defs).Handler(opts...)
 	fopts := filesystem.Options{Logger: log.With("component", "filesystem"), StrictUsers: cfg.StrictUsers}
 	p.files = filesystem.New(fopts)
-	filesPath, filesHandler := filesystem.NewService(p.files, defs).Handler(opts...)
+	filesPath, filesHandler := fsconnect.NewService(p.files, defs).Handler(opts...)
 	api := httpapi.Options{Logger: log.With("component", "httpapi"), Files: p.files, Defaults: defs, Token: p.token, Version: Version}
 	if cfg.SyncClock {
 		api.SetClock = httpapi.SetSystemClock

@@ -22,6 +22,7 @@ import (
 	hpb "github.com/envd-dev/envd/gen/envd/handover/v1"
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/handover"
+	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/reaper"
 	"github.com/envd-dev/envd/internal/server"
 )
@@ -271,7 +272,7 @@ func (p *parts) handOver(s *serving, req upgradeReq) error {
 	stopCtx, cancel := context.WithTimeout(context.Background(), p.cfg.ShutdownGrace)
 	code := p.code.handover(stopCtx)
 	cancel()
-	watchers := p.files.HandoverWatchers()
+	watchers := watchersToProto(p.files.HandoverWatchers())
 	p.files.Close()
 	p.boot.stop()
 
@@ -333,7 +334,7 @@ func (p *parts) record(s *serving) (rec *hpb.Handover, files []*os.File, fds []i
 	}
 	st := p.defs.State()
 	rec.Settings = &hpb.Settings{AccessToken: p.token.Get(), DefaultUser: st.User, DefaultWorkdir: st.Workdir, InitEnv: st.Env, HostEnv: st.HostEnv}
-	live, ended, pfds := p.procs.Snapshot()
+	live, ended, pfds := processesToProto(p.procs.Snapshot(handover.FD))
 	rec.Processes, rec.Ended = live, ended
 	return rec, files, append(fds, pfds...)
 }
@@ -464,7 +465,11 @@ func (p *parts) adopt(ho *handover.Pending) (err error) {
 		}
 		inh.lns[listenerKey(l.GetRole(), l.GetNetwork())] = ln
 	}
-	adoption, err := p.procs.PrepareAdopt(rec.GetProcesses(), rec.GetEnded())
+	procs, err := processesFromProto(rec.GetProcesses(), rec.GetEnded())
+	var adoption *process.Adoption
+	if err == nil {
+		adoption, err = p.procs.PrepareAdopt(procs)
+	}
 	if err == nil {
 		err = checkJupyterRecord(rec.GetJupyter())
 	}
@@ -492,7 +497,7 @@ func (p *parts) adopt(ho *handover.Pending) (err error) {
 	if rec.GetJupyter() != nil {
 		p.code.adopt(rec.GetJupyter(), jupyterExit)
 	}
-	p.files.AdoptWatchers(rec.GetWatchers())
+	p.files.AdoptWatchers(watchersFromProto(rec.GetWatchers()))
 	for _, l := range rec.GetListeners() {
 		unix.Close(int(l.GetFd()))
 	}

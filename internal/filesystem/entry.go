@@ -45,7 +45,8 @@ type Entry struct {
 	// resolves to, or the link's own path when it does not resolve.
 	SymlinkTarget *string
 	// Metadata is the user's metadata (extended attributes user.e2b.*);
-	// nil when there is none.
+	// nil when there is none. Only keys and values that are valid UTF-8
+	// are read, so it goes on the wire as it is.
 	Metadata map[string]string
 }
 

@@ -12,8 +12,10 @@
 // (identity.User.Resolve); errors match one of the Err kinds of this
 // package.
 //
-// This package knows nothing of Connect or HTTP: service.go adapts it to
-// the filesystem.Filesystem procedures, internal/httpapi to /files.
+// This package knows nothing of Connect, HTTP or the handover's records:
+// internal/filesystem/fsconnect adapts it to the filesystem.Filesystem
+// procedures, internal/httpapi to /files, and internal/daemon converts its
+// WatcherState to and from a live upgrade's record.
 package filesystem
 
 import (
@@ -110,6 +112,10 @@ func New(o Options) *Files {
 	f.limits = &watchLimits{maxWatches: o.MaxWatches, maxDirs: o.MaxWatchedDirs}
 	return f
 }
+
+// Clock is the clock of Options.Clock (the real one when it was left
+// zero): the adapters pace WatchDir's keepalives with it.
+func (f *Files) Clock() quartz.Clock { return f.opts.Clock }
 
 // Close stops every watcher. Operations other than watching keep working.
 func (f *Files) Close() error {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	hpb "github.com/envd-dev/envd/gen/envd/handover/v1"
 	"github.com/envd-dev/envd/internal/identity"
 )
 
@@ -12,21 +11,36 @@ import (
 // watchers (CreateWatcher) to the envd exec'd next, with their unread
 // events: HandoverWatchers stops them and describes them, AdoptWatchers
 // watches again under the same ids. What changes while neither envd
-// watches (the exec, about a second) is not reported; the events handed
+// watches (during the exec) is not reported; the events handed
 // over lose their entries (IncludeEntry); a watcher that had failed
 // (fallen behind) is not handed over, and polling it then says it is not
-// found.
+// found. internal/daemon turns WatcherState into the handover's record
+// and back.
+
+// WatcherState is a polling watcher as a live upgrade hands it over.
+type WatcherState struct {
+	ID      string // the id its clients poll it by
+	Path    string // the watched directory, absolute and clean
+	Options WatchOptions
+	// Owner is the user it watches as, by name; OwnerUID is that user's
+	// uid when it was handed over, so AdoptWatchers can tell the account
+	// was replaced meanwhile.
+	Owner    string
+	OwnerUID uint32
+	// Events are its unread events, oldest first, without their entries.
+	Events []Event
+}
 
 // HandoverWatchers stops every polling watcher and returns them with their
 // unread events. No watcher is created after it.
-func (f *Files) HandoverWatchers() []*hpb.Watcher {
+func (f *Files) HandoverWatchers() []WatcherState {
 	r := f.watchers
 	r.mu.Lock()
 	r.closed = true
 	all := r.byID
 	r.byID = map[string]*polled{}
 	r.mu.Unlock()
-	var out []*hpb.Watcher
+	var out []WatcherState
 	for id, p := range all {
 		w := p.w
 		w.closeForHandover()
@@ -35,14 +49,11 @@ func (f *Files) HandoverWatchers() []*hpb.Watcher {
 			f.log.Warn("a watcher that failed is not handed over", "path", w.root, "error", err)
 			continue
 		}
-		hw := &hpb.Watcher{
-			Id: id, Path: w.root, Recursive: w.opts.Recursive, IncludeEntry: w.opts.IncludeEntry,
-			AllowNetworkMounts: w.opts.AllowNetworkMounts, Owner: w.u.Name, OwnerUid: w.u.UID,
-		}
+		st := WatcherState{ID: id, Path: w.root, Options: w.opts, Owner: w.u.Name, OwnerUID: w.u.UID}
 		for _, ev := range evs {
-			hw.Events = append(hw.Events, &hpb.WatchEvent{Name: ev.Name, Type: int32(ev.Type)})
+			st.Events = append(st.Events, Event{Name: ev.Name, Type: ev.Type})
 		}
-		out = append(out, hw)
+		out = append(out, st)
 	}
 	return out
 }
@@ -50,22 +61,20 @@ func (f *Files) HandoverWatchers() []*hpb.Watcher {
 // AdoptWatchers watches again what HandoverWatchers handed over, under the
 // same ids, with the unread events queued first. A watcher that cannot be
 // (its directory or user is gone) is logged and left out.
-func (f *Files) AdoptWatchers(ws []*hpb.Watcher) {
-	for _, hw := range ws {
-		u, err := identity.Lookup(hw.GetOwner())
-		if err == nil && u.UID != hw.GetOwnerUid() {
-			err = fmt.Errorf("user %s is uid %d now, was %d", hw.GetOwner(), u.UID, hw.GetOwnerUid())
+func (f *Files) AdoptWatchers(ws []WatcherState) {
+	for _, st := range ws {
+		u, err := identity.Lookup(st.Owner)
+		if err == nil && u.UID != st.OwnerUID {
+			err = fmt.Errorf("user %s is uid %d now, was %d", st.Owner, u.UID, st.OwnerUID)
 		}
 		var w *Watch
 		if err == nil {
-			w, err = f.Watch(u, hw.GetPath(), WatchOptions{
-				Recursive: hw.GetRecursive(), IncludeEntry: hw.GetIncludeEntry(), AllowNetworkMounts: hw.GetAllowNetworkMounts(),
-			})
+			w, err = f.Watch(u, st.Path, st.Options)
 		}
-		if err == nil && len(hw.GetEvents()) > 0 {
-			evs := make([]Event, 0, len(hw.GetEvents()))
-			for _, ev := range hw.GetEvents() {
-				evs = append(evs, Event{Name: ev.GetName(), Type: EventType(ev.GetType())})
+		if err == nil && len(st.Events) > 0 {
+			evs := make([]Event, 0, len(st.Events))
+			for _, ev := range st.Events {
+				evs = append(evs, Event{Name: ev.Name, Type: ev.Type})
 			}
 			w.mu.Lock()
 			w.events = append(evs, w.events...)
@@ -73,10 +82,10 @@ func (f *Files) AdoptWatchers(ws []*hpb.Watcher) {
 			w.notify()
 		}
 		if err == nil {
-			_, err = f.watchers.register(hw.GetId(), w)
+			_, err = f.watchers.register(st.ID, w)
 		}
 		if err != nil {
-			f.log.Warn("a watcher handed over cannot watch again; polling it says it is not found", "path", hw.GetPath(), "error", err)
+			f.log.Warn("a watcher handed over cannot watch again; polling it says it is not found", "path", st.Path, "error", err)
 			continue
 		}
 	}

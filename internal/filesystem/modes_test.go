@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
-
-	pb "github.com/envd-dev/envd/gen/filesystem"
 	"github.com/envd-dev/envd/internal/filesystem"
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/testutil"
@@ -45,7 +42,8 @@ func readAll(t *testing.T, f *os.File) string {
 }
 
 // In strict mode user has no right on a root process that a shell as user
-// lacks; the default mode reads as root, as upstream.
+// lacks; the default mode reads as root, as upstream. (Over Connect:
+// fsconnect's TestStrictModeOverConnect.)
 func TestStrictModeRootProcess(t *testing.T) {
 	t.Parallel()
 	strict := newEnv(t, filesystem.Options{StrictUsers: true})
@@ -57,10 +55,10 @@ func TestStrictModeRootProcess(t *testing.T) {
 
 	_, err := strict.files.Open(usr, maps)
 	wantKind(t, err, filesystem.ErrPermission, "permission denied: user 'user' may not read "+maps)
-	_, err = strict.user.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: cwd}))
-	wantErr(t, err, connect.CodePermissionDenied, "user 'user' may not access "+cwd)
-	_, err = strict.user.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: fmt.Sprintf("/proc/%d/root/root", pid)}))
-	wantErr(t, err, connect.CodePermissionDenied, "user 'user'")
+	_, err = strict.files.ListDir(usr, cwd, 1)
+	wantKind(t, err, filesystem.ErrPermission, "user 'user' may not access "+cwd)
+	_, err = strict.files.ListDir(usr, fmt.Sprintf("/proc/%d/root/root", pid), 1)
+	wantKind(t, err, filesystem.ErrPermission, "user 'user'")
 
 	f, err := def.files.Open(usr, maps)
 	if err != nil {
@@ -69,7 +67,7 @@ func TestStrictModeRootProcess(t *testing.T) {
 	if !strings.Contains(readAll(t, f), "sleep") {
 		t.Error("default mode: no map of sleep")
 	}
-	if _, err := def.user.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: cwd})); err != nil {
+	if _, err := def.files.ListDir(usr, cwd, 1); err != nil {
 		t.Errorf("default mode: %v", err)
 	}
 }

@@ -9,9 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"connectrpc.com/connect"
-
-	pb "github.com/envd-dev/envd/gen/filesystem"
 	"github.com/envd-dev/envd/internal/filesystem"
 	"github.com/envd-dev/envd/internal/testutil"
 )
@@ -223,7 +220,8 @@ func TestStrictOwnProc(t *testing.T) {
 		}
 	}
 
-	// Over Connect: permission_denied with a message the user can act on.
-	_, err = e.user.ListDir(testutil.Context(t, waitLong), connect.NewRequest(&pb.ListDirRequest{Path: "/proc/self/fd"}))
-	wantErr(t, err, connect.CodePermissionDenied, "user 'user' may not read /proc/self/fd: it is envd's own process", "read /proc/<pid> of a process of your own instead")
+	// A message the user can act on (over Connect, permission_denied:
+	// fsconnect's TestStrictModeOverConnect).
+	_, err = e.files.ListDir(usr, "/proc/self/fd", 1)
+	wantKind(t, err, filesystem.ErrPermission, "user 'user' may not read /proc/self/fd: it is envd's own process", "read /proc/<pid> of a process of your own instead")
 }

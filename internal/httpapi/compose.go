@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/envd-dev/envd/internal/filesystem"
+	"github.com/envd-dev/envd/internal/filesystem/fsconnect"
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/server"
 )
@@ -90,7 +90,7 @@ func (a *API) compose(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	out, err := protojson.Marshal(filesystem.EntryInfo(e))
+	out, err := protojson.Marshal(fsconnect.EntryInfo(e))
 	if err != nil {
 		server.WriteError(w, http.StatusInternalServerError, "encode entry: "+err.Error())
 		return

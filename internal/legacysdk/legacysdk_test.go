@@ -24,13 +24,15 @@ import (
 	legacyfs "github.com/envd-dev/envd/gen/envd/legacy/filesystem/v1"
 	legacyproc "github.com/envd-dev/envd/gen/envd/legacy/process/v1"
 	fspb "github.com/envd-dev/envd/gen/filesystem"
-	fsconnect "github.com/envd-dev/envd/gen/filesystem/filesystemconnect"
+	"github.com/envd-dev/envd/gen/filesystem/filesystemconnect"
 	procpb "github.com/envd-dev/envd/gen/process"
-	procconnect "github.com/envd-dev/envd/gen/process/processconnect"
+	"github.com/envd-dev/envd/gen/process/processconnect"
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/filesystem"
+	"github.com/envd-dev/envd/internal/filesystem/fsconnect"
 	"github.com/envd-dev/envd/internal/legacysdk"
 	"github.com/envd-dev/envd/internal/process"
+	"github.com/envd-dev/envd/internal/process/procconnect"
 	"github.com/envd-dev/envd/internal/process/processtest"
 	"github.com/envd-dev/envd/internal/reaper"
 	"github.com/envd-dev/envd/internal/server"
@@ -72,8 +74,8 @@ func newEnv(t *testing.T) *env {
 	m := process.NewManager(process.Options{Logger: log, Env: defs.Env})
 	files := filesystem.New(filesystem.Options{Logger: log})
 	opts := server.HandlerOptions(log, defs)
-	ppath, ph := process.NewService(m, defs).Handler(opts...)
-	fpath, fh := filesystem.NewService(files, defs).Handler(opts...)
+	ppath, ph := procconnect.NewService(m, defs).Handler(opts...)
+	fpath, fh := fsconnect.NewService(files, defs).Handler(opts...)
 	h, err := server.New(server.Options{Logger: log, Routes: []server.Route{{Pattern: ppath, Handler: ph}, {Pattern: fpath, Handler: fh}}})
 	if err != nil {
 		t.Fatal(err)
@@ -349,22 +351,22 @@ func TestFilesystem(t *testing.T) {
 	os.Symlink(file, filepath.Join(dir, "link"))
 	os.Symlink(filepath.Join(dir, "nothere"), filepath.Join(dir, "dangling"))
 
-	st := unary[legacyfs.StatResponse](t, py, fsconnect.FilesystemStatProcedure, &legacyfs.StatRequest{Path: file})
+	st := unary[legacyfs.StatResponse](t, py, filesystemconnect.FilesystemStatProcedure, &legacyfs.StatRequest{Path: file})
 	wantEntry(t, "Stat", st.GetEntry(), "a.txt", legacyfs.FileType_FILE_TYPE_FILE, file)
 	// A symlink has its target's type, as for every client (a dangling one
 	// none): an old client never sees a type it does not know.
-	st = unary[legacyfs.StatResponse](t, py, fsconnect.FilesystemStatProcedure, &legacyfs.StatRequest{Path: filepath.Join(dir, "link")})
+	st = unary[legacyfs.StatResponse](t, py, filesystemconnect.FilesystemStatProcedure, &legacyfs.StatRequest{Path: filepath.Join(dir, "link")})
 	wantEntry(t, "Stat link", st.GetEntry(), "link", legacyfs.FileType_FILE_TYPE_FILE, filepath.Join(dir, "link"))
-	st = unary[legacyfs.StatResponse](t, py, fsconnect.FilesystemStatProcedure, &legacyfs.StatRequest{Path: filepath.Join(dir, "dangling")})
+	st = unary[legacyfs.StatResponse](t, py, filesystemconnect.FilesystemStatProcedure, &legacyfs.StatRequest{Path: filepath.Join(dir, "dangling")})
 	wantEntry(t, "Stat dangling", st.GetEntry(), "dangling", legacyfs.FileType_FILE_TYPE_UNSPECIFIED, filepath.Join(dir, "dangling"))
 
 	// An error is the service's own.
-	status, h, b := py.rawUnary(t, fsconnect.FilesystemStatProcedure, &legacyfs.StatRequest{Path: filepath.Join(dir, "missing")})
+	status, h, b := py.rawUnary(t, filesystemconnect.FilesystemStatProcedure, &legacyfs.StatRequest{Path: filepath.Join(dir, "missing")})
 	if status != http.StatusNotFound || !strings.Contains(string(b), `"not_found"`) || h.Get(legacysdk.Header) != "" {
 		t.Errorf("Stat of a missing file: %d %s, header %q", status, b, h.Get(legacysdk.Header))
 	}
 
-	ls := unary[legacyfs.ListDirResponse](t, py, fsconnect.FilesystemListDirProcedure, &legacyfs.ListDirRequest{Path: dir, Depth: 1})
+	ls := unary[legacyfs.ListDirResponse](t, py, filesystemconnect.FilesystemListDirProcedure, &legacyfs.ListDirRequest{Path: dir, Depth: 1})
 	want := []struct {
 		name string
 		typ  legacyfs.FileType
@@ -382,21 +384,21 @@ func TestFilesystem(t *testing.T) {
 	}
 
 	deep := filepath.Join(dir, "new", "deep")
-	mk := unary[legacyfs.MakeDirResponse](t, py, fsconnect.FilesystemMakeDirProcedure, &legacyfs.MakeDirRequest{Path: deep})
+	mk := unary[legacyfs.MakeDirResponse](t, py, filesystemconnect.FilesystemMakeDirProcedure, &legacyfs.MakeDirRequest{Path: deep})
 	wantEntry(t, "MakeDir", mk.GetEntry(), "deep", legacyfs.FileType_FILE_TYPE_DIRECTORY, deep)
 
 	moved := filepath.Join(dir, "moved", "b.txt")
-	mv := unary[legacyfs.MoveResponse](t, py, fsconnect.FilesystemMoveProcedure, &legacyfs.MoveRequest{Source: file, Destination: moved})
+	mv := unary[legacyfs.MoveResponse](t, py, filesystemconnect.FilesystemMoveProcedure, &legacyfs.MoveRequest{Source: file, Destination: moved})
 	wantEntry(t, "Move", mv.GetEntry(), "b.txt", legacyfs.FileType_FILE_TYPE_FILE, moved)
 
-	unary[legacyfs.RemoveResponse](t, py, fsconnect.FilesystemRemoveProcedure, &legacyfs.RemoveRequest{Path: filepath.Join(dir, "new")})
+	unary[legacyfs.RemoveResponse](t, py, filesystemconnect.FilesystemRemoveProcedure, &legacyfs.RemoveRequest{Path: filepath.Join(dir, "new")})
 	if _, err := os.Lstat(filepath.Join(dir, "new")); !os.IsNotExist(err) {
 		t.Errorf("Remove left %s: %v", filepath.Join(dir, "new"), err)
 	}
 
 	// A watch that asked for entries: the new-style event would carry one.
 	wdir := t.TempDir()
-	ws := py.open(t, fsconnect.FilesystemWatchDirProcedure, &fspb.WatchDirRequest{Path: wdir, IncludeEntry: true})
+	ws := py.open(t, filesystemconnect.FilesystemWatchDirProcedure, &fspb.WatchDirRequest{Path: wdir, IncludeEntry: true})
 	if m := next[legacyfs.WatchDirResponse](t, ws); m.GetStart() == nil {
 		t.Fatalf("WatchDir: first message %v, want start", m)
 	}
@@ -414,7 +416,7 @@ func TestFilesystem(t *testing.T) {
 	}
 
 	pdir := t.TempDir()
-	cw := unary[legacyfs.CreateWatcherResponse](t, py, fsconnect.FilesystemCreateWatcherProcedure, &fspb.CreateWatcherRequest{Path: pdir, IncludeEntry: true})
+	cw := unary[legacyfs.CreateWatcherResponse](t, py, filesystemconnect.FilesystemCreateWatcherProcedure, &fspb.CreateWatcherRequest{Path: pdir, IncludeEntry: true})
 	if cw.GetWatcherId() == "" {
 		t.Fatal("CreateWatcher: no watcher id")
 	}
@@ -422,7 +424,7 @@ func TestFilesystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Poll(t, "the polled create event", func() bool {
-		evs := unary[legacyfs.GetWatcherEventsResponse](t, py, fsconnect.FilesystemGetWatcherEventsProcedure, &legacyfs.GetWatcherEventsRequest{WatcherId: cw.GetWatcherId()})
+		evs := unary[legacyfs.GetWatcherEventsResponse](t, py, filesystemconnect.FilesystemGetWatcherEventsProcedure, &legacyfs.GetWatcherEventsRequest{WatcherId: cw.GetWatcherId()})
 		for _, ev := range evs.GetEvents() {
 			if ev.GetName() == "p.txt" && ev.GetType() == legacyfs.EventType_EVENT_TYPE_CREATE {
 				return true
@@ -430,7 +432,7 @@ func TestFilesystem(t *testing.T) {
 		}
 		return false
 	})
-	unary[legacyfs.RemoveWatcherResponse](t, py, fsconnect.FilesystemRemoveWatcherProcedure, &legacyfs.RemoveWatcherRequest{WatcherId: cw.GetWatcherId()})
+	unary[legacyfs.RemoveWatcherResponse](t, py, filesystemconnect.FilesystemRemoveWatcherProcedure, &legacyfs.RemoveWatcherRequest{WatcherId: cw.GetWatcherId()})
 }
 
 // TestProcess: every process procedure answers an older Python SDK with
@@ -442,7 +444,7 @@ func TestProcess(t *testing.T) {
 	// Output of both pipes and an exit code: the end carries neither
 	// reason nor usage (the strict decoding fails otherwise).
 	var r run
-	follow[legacyproc.StartResponse](t, py.open(t, procconnect.ProcessStartProcedure,
+	follow[legacyproc.StartResponse](t, py.open(t, processconnect.ProcessStartProcedure,
 		&legacyproc.StartRequest{Process: sh("printf out; printf err >&2; exit 3")}), &r, nil)
 	if r.pid == 0 || string(r.stdout) != "out" || string(r.stderr) != "err" ||
 		r.end.GetExitCode() != 3 || !r.end.GetExited() || r.end.GetStatus() != "exit status 3" || r.end.GetError() != "exit status 3" {
@@ -452,11 +454,11 @@ func TestProcess(t *testing.T) {
 	// cat, fed by SendInput and StreamInput, listed, updated, its stdin
 	// closed, then connected to after its end.
 	tag := "legacy-cat"
-	cat := py.open(t, procconnect.ProcessStartProcedure, &legacyproc.StartRequest{Process: &legacyproc.ProcessConfig{Cmd: "cat"}, Tag: &tag})
+	cat := py.open(t, processconnect.ProcessStartProcedure, &legacyproc.StartRequest{Process: &legacyproc.ProcessConfig{Cmd: "cat"}, Tag: &tag})
 	var c run
 	follow[legacyproc.StartResponse](t, cat, &c, started)
 
-	ls := unary[legacyproc.ListResponse](t, py, procconnect.ProcessListProcedure, &legacyproc.ListRequest{})
+	ls := unary[legacyproc.ListResponse](t, py, processconnect.ProcessListProcedure, &legacyproc.ListRequest{})
 	found := false
 	for _, p := range ls.GetProcesses() {
 		if p.GetPid() == c.pid {
@@ -467,12 +469,12 @@ func TestProcess(t *testing.T) {
 		t.Errorf("List: no cat %d tagged %s in %v", c.pid, tag, ls.GetProcesses())
 	}
 
-	unary[legacyproc.SendInputResponse](t, py, procconnect.ProcessSendInputProcedure, &legacyproc.SendInputRequest{
+	unary[legacyproc.SendInputResponse](t, py, processconnect.ProcessSendInputProcedure, &legacyproc.SendInputRequest{
 		Process: byPid(c.pid), Input: &legacyproc.ProcessInput{Input: &legacyproc.ProcessInput_Stdin{Stdin: []byte("hello\n")}},
 	})
 	follow[legacyproc.StartResponse](t, cat, &c, stdoutIs("hello\n"))
 
-	in := py.open(t, procconnect.ProcessStreamInputProcedure,
+	in := py.open(t, processconnect.ProcessStreamInputProcedure,
 		&legacyproc.StreamInputRequest{Event: &legacyproc.StreamInputRequest_Start{Start: &legacyproc.StreamInputRequest_StartEvent{
 			Process: &legacyproc.ProcessSelector{Selector: &legacyproc.ProcessSelector_Tag{Tag: tag}},
 		}}},
@@ -488,27 +490,27 @@ func TestProcess(t *testing.T) {
 	}
 	follow[legacyproc.StartResponse](t, cat, &c, stdoutIs("hello\nworld\n"))
 
-	unary[legacyproc.UpdateResponse](t, py, procconnect.ProcessUpdateProcedure, &legacyproc.UpdateRequest{Process: byPid(c.pid)})
+	unary[legacyproc.UpdateResponse](t, py, processconnect.ProcessUpdateProcedure, &legacyproc.UpdateRequest{Process: byPid(c.pid)})
 
 	// The old service has no CloseStdin: its answer goes as an empty
 	// message.
-	unary[emptypb.Empty](t, py, procconnect.ProcessCloseStdinProcedure, &procpb.CloseStdinRequest{Process: &procpb.ProcessSelector{Selector: &procpb.ProcessSelector_Pid{Pid: c.pid}}})
+	unary[emptypb.Empty](t, py, processconnect.ProcessCloseStdinProcedure, &procpb.CloseStdinRequest{Process: &procpb.ProcessSelector{Selector: &procpb.ProcessSelector_Pid{Pid: c.pid}}})
 	follow[legacyproc.StartResponse](t, cat, &c, nil)
 	if c.end.GetExitCode() != 0 || !c.end.GetExited() || c.end.Error != nil {
 		t.Errorf("cat's end %v", c.end)
 	}
 
 	var cc run
-	follow[legacyproc.ConnectResponse](t, py.open(t, procconnect.ProcessConnectProcedure, &legacyproc.ConnectRequest{Process: byPid(c.pid)}), &cc, nil)
+	follow[legacyproc.ConnectResponse](t, py.open(t, processconnect.ProcessConnectProcedure, &legacyproc.ConnectRequest{Process: byPid(c.pid)}), &cc, nil)
 	if cc.pid != c.pid || string(cc.stdout) != "hello\nworld\n" || cc.end.GetStatus() != "exit status 0" {
 		t.Errorf("Connect: %+v, end %v", cc, cc.end)
 	}
 
 	// A client's signal.
-	sl := py.open(t, procconnect.ProcessStartProcedure, &legacyproc.StartRequest{Process: &legacyproc.ProcessConfig{Cmd: "sleep", Args: []string{"60"}}})
+	sl := py.open(t, processconnect.ProcessStartProcedure, &legacyproc.StartRequest{Process: &legacyproc.ProcessConfig{Cmd: "sleep", Args: []string{"60"}}})
 	var s run
 	follow[legacyproc.StartResponse](t, sl, &s, started)
-	unary[legacyproc.SendSignalResponse](t, py, procconnect.ProcessSendSignalProcedure, &legacyproc.SendSignalRequest{
+	unary[legacyproc.SendSignalResponse](t, py, processconnect.ProcessSendSignalProcedure, &legacyproc.SendSignalRequest{
 		Process: byPid(s.pid), Signal: legacyproc.Signal_SIGNAL_SIGKILL,
 	})
 	follow[legacyproc.StartResponse](t, sl, &s, nil)
@@ -517,16 +519,16 @@ func TestProcess(t *testing.T) {
 	}
 
 	// A terminal, resized by Update, fed by SendInput.
-	pt := py.open(t, procconnect.ProcessStartProcedure, &legacyproc.StartRequest{
+	pt := py.open(t, processconnect.ProcessStartProcedure, &legacyproc.StartRequest{
 		Process: sh("read x; stty size"),
 		Pty:     &legacyproc.PTY{Size: &legacyproc.PTY_Size{Cols: 80, Rows: 24}},
 	})
 	var p run
 	follow[legacyproc.StartResponse](t, pt, &p, started)
-	unary[legacyproc.UpdateResponse](t, py, procconnect.ProcessUpdateProcedure, &legacyproc.UpdateRequest{
+	unary[legacyproc.UpdateResponse](t, py, processconnect.ProcessUpdateProcedure, &legacyproc.UpdateRequest{
 		Process: byPid(p.pid), Pty: &legacyproc.PTY{Size: &legacyproc.PTY_Size{Cols: 100, Rows: 30}},
 	})
-	unary[legacyproc.SendInputResponse](t, py, procconnect.ProcessSendInputProcedure, &legacyproc.SendInputRequest{
+	unary[legacyproc.SendInputResponse](t, py, processconnect.ProcessSendInputProcedure, &legacyproc.SendInputRequest{
 		Process: byPid(p.pid), Input: &legacyproc.ProcessInput{Input: &legacyproc.ProcessInput_Pty{Pty: []byte("\n")}},
 	})
 	follow[legacyproc.StartResponse](t, pt, &p, nil)
@@ -546,7 +548,7 @@ func TestOtherClients(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	status, h, b := js.rawUnary(t, fsconnect.FilesystemStatProcedure, &fspb.StatRequest{Path: file})
+	status, h, b := js.rawUnary(t, filesystemconnect.FilesystemStatProcedure, &fspb.StatRequest{Path: file})
 	if status != http.StatusOK {
 		t.Fatalf("Stat: %d %s", status, b)
 	}
@@ -559,7 +561,7 @@ func TestOtherClients(t *testing.T) {
 		t.Errorf("the frozen StatResponse read %s: %v", b, err)
 	}
 
-	ws := js.open(t, fsconnect.FilesystemWatchDirProcedure, &fspb.WatchDirRequest{Path: dir, IncludeEntry: true})
+	ws := js.open(t, filesystemconnect.FilesystemWatchDirProcedure, &fspb.WatchDirRequest{Path: dir, IncludeEntry: true})
 	if m := next[fspb.WatchDirResponse](t, ws); m.GetStart() == nil {
 		t.Fatalf("WatchDir: first message %v, want start", m)
 	}
@@ -579,7 +581,7 @@ func TestOtherClients(t *testing.T) {
 		}
 	}
 
-	st := js.open(t, procconnect.ProcessStartProcedure, &procpb.StartRequest{Process: &procpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "exit 2"}}})
+	st := js.open(t, processconnect.ProcessStartProcedure, &procpb.StartRequest{Process: &procpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "exit 2"}}})
 	for {
 		m := next[procpb.StartResponse](t, st)
 		if m == nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/coder/quartz"
 
 	"github.com/envd-dev/envd/backoff"
-	"github.com/envd-dev/envd/internal/relay"
+	"github.com/envd-dev/envd/relay"
 )
 
 // forwarder owns the forwards: one listener per external address and port,

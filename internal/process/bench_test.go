@@ -18,7 +18,7 @@ import (
 	"github.com/envd-dev/envd/gen/process/processconnect"
 	"github.com/envd-dev/envd/internal/process/processtest"
 	"github.com/envd-dev/envd/internal/reaper"
-	"github.com/envd-dev/envd/internal/wirecodec"
+	"github.com/envd-dev/envd/wirecodec"
 )
 
 var streamBytes = flag.Int64("stream-bytes", 1<<30, "bytes of stdout BenchmarkStreamThroughput streams each run")

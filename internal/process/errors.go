@@ -10,7 +10,7 @@ import (
 
 // Kinds of domain errors: every error of this package that a caller can act
 // on is an *Error of one of these kinds (errors.Is(err, ErrNotFound)), and
-// the adapter maps each kind to one wire code (service.go, toConnectErr).
+// the adapter maps each kind to one wire code (procconnect's toConnectErr).
 var (
 	ErrNotFound     = errors.New("process not found")
 	ErrInvalid      = errors.New("invalid request")

@@ -2,50 +2,54 @@ package process
 
 import (
 	"errors"
-	"fmt"
 	"syscall"
 	"testing"
-
-	"connectrpc.com/connect"
 )
 
-// TestErrorCodes: each kind of domain error has one wire code, and a failure
-// to start a program is invalid_argument only when the request is at fault:
-// a system out of resources is resource_exhausted, anything else internal.
-func TestErrorCodes(t *testing.T) {
+// TestSpawnErrorKinds: a failure to start a program is invalid only when
+// the request is at fault: a system out of resources is exhausted, anything
+// else internal. The message names what failed and why, and the cause stays
+// matchable. (procconnect's TestErrorCodes maps each kind to its one wire
+// code.)
+func TestSpawnErrorKinds(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name string
-		err  error
-		want connect.Code
+		name  string
+		cause syscall.Errno
+		what  string
+		want  error
+		msg   string
 	}{
-		{"not found", errorf(ErrNotFound, "process with pid 7 not found"), connect.CodeNotFound},
-		{"invalid", errorf(ErrInvalid, "cmd is empty"), connect.CodeInvalidArgument},
-		{"wrong state", errorf(ErrWrongState, "no terminal"), connect.CodeFailedPrecondition},
-		{"unauthorized", errorf(ErrUnauthorized, "no user"), connect.CodeUnauthenticated},
-		{"permission", errorf(ErrPermission, "cwd '/root/x': user 'user' may not enter '/root': permission denied"), connect.CodePermissionDenied},
-		{"shutting down", errorf(ErrUnavailable, "envd is shutting down"), connect.CodeUnavailable},
-		{"wrapped kind", fmt.Errorf("context: %w", errorf(ErrNotFound, "gone")), connect.CodeNotFound},
-		{"fork ENOMEM", spawnError(syscall.ENOMEM, "start x"), connect.CodeResourceExhausted},
-		{"fork EAGAIN", spawnError(syscall.EAGAIN, "start x"), connect.CodeResourceExhausted},
-		{"pipe EMFILE", spawnError(syscall.EMFILE, "create stdout pipe"), connect.CodeResourceExhausted},
-		{"pty ENFILE", spawnError(syscall.ENFILE, "open terminal"), connect.CodeResourceExhausted},
-		{"exec ENOENT", spawnError(syscall.ENOENT, "start x"), connect.CodeInvalidArgument},
-		{"exec EACCES", spawnError(syscall.EACCES, "start x"), connect.CodeInvalidArgument},
-		{"exec ENOEXEC", spawnError(syscall.ENOEXEC, "start x"), connect.CodeInvalidArgument},
-		{"pty EIO", spawnError(syscall.EIO, "open terminal"), connect.CodeInternal},
-		{"fork EINVAL", spawnError(syscall.EINVAL, "start x"), connect.CodeInternal},
-		{"plain error", errors.New("boom"), connect.CodeInternal},
+		{"fork ENOMEM", syscall.ENOMEM, "start x", ErrExhausted, "start x: cannot allocate memory: the sandbox is out of resources; try again when fewer processes run"},
+		{"fork EAGAIN", syscall.EAGAIN, "start x", ErrExhausted, "start x: resource temporarily unavailable: the sandbox is out of resources; try again when fewer processes run"},
+		{"pipe EMFILE", syscall.EMFILE, "create stdout pipe", ErrExhausted, "create stdout pipe: too many open files: the sandbox is out of resources; try again when fewer processes run"},
+		{"pty ENFILE", syscall.ENFILE, "open terminal", ErrExhausted, "open terminal: too many open files in system: the sandbox is out of resources; try again when fewer processes run"},
+		{"exec ENOENT", syscall.ENOENT, "start x", ErrInvalid, "start x: no such file or directory"},
+		{"exec EACCES", syscall.EACCES, "start x", ErrInvalid, "start x: permission denied"},
+		{"exec ENOEXEC", syscall.ENOEXEC, "start x", ErrInvalid, "start x: exec format error"},
+		{"pty EIO", syscall.EIO, "open terminal", errInternal, "open terminal: input/output error"},
+		{"fork EINVAL", syscall.EINVAL, "start x", errInternal, "start x: invalid argument"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ce := new(connect.Error)
-			if !errors.As(toConnectErr(tt.err), &ce) || ce.Code() != tt.want {
-				t.Fatalf("toConnectErr(%v) = %v, want code %v", tt.err, toConnectErr(tt.err), tt.want)
+			err := spawnError(tt.cause, "%s", tt.what)
+			var de *Error
+			if !errors.As(err, &de) || de.Kind != tt.want {
+				t.Fatalf("spawnError(%v) = %#v, want kind %v", tt.cause, err, tt.want)
 			}
-			if ce.Message() != tt.err.Error() {
-				t.Errorf("wire message %q, want the domain's %q", ce.Message(), tt.err.Error())
+			if err.Error() != tt.msg {
+				t.Errorf("message %q, want %q", err.Error(), tt.msg)
+			}
+			if !errors.Is(err, tt.cause) {
+				t.Errorf("%v does not match its cause %v", err, tt.cause)
+			}
+			if tt.want == errInternal {
+				for _, k := range []error{ErrNotFound, ErrInvalid, ErrWrongState, ErrUnauthorized, ErrPermission, ErrUnavailable, ErrExhausted} {
+					if errors.Is(err, k) {
+						t.Errorf("an internal failure is of the kind %v", k)
+					}
+				}
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"sync"
 	"syscall"
@@ -11,8 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	hpb "github.com/envd-dev/envd/gen/envd/handover/v1"
-	"github.com/envd-dev/envd/internal/handover"
 	"github.com/envd-dev/envd/internal/outbuf"
 	"github.com/envd-dev/envd/internal/reaper"
 )
@@ -24,6 +23,8 @@ import (
 // terminal for the new envd) and describes every process (Snapshot); the
 // other re-adopts them (PrepareAdopt, then Adoption.Commit) with their
 // output logs, so a client that reconnects replays across the upgrade.
+// What passes between the two is a Snapshot, plain data: internal/daemon
+// writes it into the handover record and reads it back.
 //
 // The reaper must be paused (reaper.Pause) before Park: a process recorded
 // as running must not be reaped by this envd, and a process whose end was
@@ -207,42 +208,81 @@ func (m *Manager) Unpark() {
 	m.mu.Unlock()
 }
 
-func outputOf(l *outbuf.Log) *hpb.Output {
+// Snapshot is the processes a live upgrade hands over: Manager.Snapshot
+// describes them, Manager.PrepareAdopt takes them in the new envd.
+type Snapshot struct {
+	// Live are the processes that had not ended, or whose end was reaped
+	// while their output was still being read (LiveState.Reaped).
+	Live []LiveState
+	// Ended are the processes that ended and are still retained for late
+	// readers.
+	Ended []EndedState
+}
+
+// NoFD is a descriptor a LiveState does not have.
+const NoFD = -1
+
+// LiveState is a process that had not ended as a live upgrade hands it
+// over.
+type LiveState struct {
+	Pid    uint32
+	Tag    *string
+	Owner  uint32 // the uid it was started as
+	Config Config
+	Output Output
+	// The descriptors it is read and written through, by number: the read
+	// ends of Stdout and Stderr and the write end of Stdin (NoFD when
+	// disabled or closed), or PTY, its terminal's master. A process has a
+	// PTY, or Stdout and Stderr; the others are NoFD.
+	Stdout, Stderr, Stdin, PTY int
+	// Timeout is what was left of its lifetime (StartOptions.Timeout);
+	// zero: none.
+	Timeout time.Duration
+	// Cgroup is its cgroup's path; "" for none.
+	Cgroup string
+	// Killed: envd sent it SIGKILL or SIGTERM.
+	Killed bool
+	// Sent are the signals envd sent it, each with the reason of the end
+	// it causes.
+	Sent map[syscall.Signal]EndReason
+	// Reaped is its end, when the old envd had reaped it already; nil: it
+	// still runs.
+	Reaped *reaper.Exit
+}
+
+// EndedState is a process that ended, as a live upgrade hands it over.
+type EndedState struct {
+	Pid    uint32
+	Tag    *string
+	Owner  uint32 // the uid it was started as
+	Config Config
+	PTY    bool // it ran on a terminal
+	Exit   Exit
+	Output Output
+	// Retention is how much longer it stays reachable.
+	Retention time.Duration
+}
+
+// Output is a process's retained output: its log's records, each at its
+// offset in everything the process ever printed; Start is the offset of
+// the oldest byte retained, End the offset after the newest.
+type Output struct {
+	Start, End int64
+	Records    []outbuf.Record
+}
+
+func outputOf(l *outbuf.Log) Output {
 	start, end, recs, _ := l.Snapshot()
-	out := &hpb.Output{Start: start, End: end, Records: make([]*hpb.Record, len(recs))}
-	for i, r := range recs {
-		out.Records[i] = &hpb.Record{Offset: r.Off, Kind: uint32(r.Kind), Data: r.Data}
-	}
-	return out
-}
-
-func commandOf(c Config) *hpb.Command {
-	return &hpb.Command{Cmd: c.Cmd, Args: c.Args, Envs: c.Envs, Cwd: c.Cwd}
-}
-
-var reasonsToWire = map[EndReason]hpb.EndReason{
-	EndExited:       hpb.EndReason_END_REASON_EXITED,
-	EndSignaled:     hpb.EndReason_END_REASON_SIGNALED,
-	EndTimedOut:     hpb.EndReason_END_REASON_TIMED_OUT,
-	EndClientSignal: hpb.EndReason_END_REASON_CLIENT_SIGNAL,
-	EndShutdown:     hpb.EndReason_END_REASON_SHUTDOWN,
-	EndOOMKilled:    hpb.EndReason_END_REASON_OOM_KILLED,
-}
-
-func reasonFromWire(r hpb.EndReason) EndReason {
-	for k, v := range reasonsToWire {
-		if v == r {
-			return k
-		}
-	}
-	return EndSignaled
+	return Output{Start: start, End: end, Records: recs}
 }
 
 // Snapshot describes every process for the handover record: the running
 // ones with the descriptors the new envd reads them through, and those
-// that ended and are still retained. Call it after Park. fds lists every
-// descriptor named, which the caller keeps open across the exec.
-func (m *Manager) Snapshot() (live []*hpb.Process, ended []*hpb.EndedProcess, fds []int) {
+// that ended and are still retained. Call it after Park. fd gives a file's
+// descriptor number without changing the file (internal/handover.FD: the
+// caller keeps every descriptor named open across the exec).
+func (m *Manager) Snapshot(fd func(*os.File) int) Snapshot {
+	var s Snapshot
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -250,142 +290,109 @@ func (m *Manager) Snapshot() (live []*hpb.Process, ended []*hpb.EndedProcess, fd
 		if _, done := p.Exit(); done {
 			continue // in exited too, or about to be: see below
 		}
-		rec := &hpb.Process{Pid: p.pid, Tag: p.tag, OwnerUid: p.owner, Command: commandOf(p.config), Output: outputOf(p.log)}
-		fd := func(f *os.File) *int32 {
-			n := handover.FD(f)
-			fds = append(fds, n)
-			fd32 := int32(n)
-			return &fd32
-		}
+		st := LiveState{Pid: p.pid, Tag: p.tag, Owner: p.owner, Config: p.config, Output: outputOf(p.log),
+			Stdout: NoFD, Stderr: NoFD, Stdin: NoFD, PTY: NoFD}
 		if p.tty != nil {
-			rec.PtyFd = fd(p.tty)
+			st.PTY = fd(p.tty)
 		} else {
-			rec.StdoutFd, rec.StderrFd = fd(p.outputs[0]), fd(p.outputs[1])
+			st.Stdout, st.Stderr = fd(p.outputs[0]), fd(p.outputs[1])
 			p.inMu.Lock()
 			if p.stdin != nil {
-				rec.StdinFd = fd(p.stdin)
+				st.Stdin = fd(p.stdin)
 			}
 			p.inMu.Unlock()
 		}
 		if !p.ho.deadline.IsZero() {
-			left := max(p.ho.deadline.Sub(m.opts.Clock.Now()), 1)
-			rec.TimeoutRemainingNs = (*int64)(&left)
+			st.Timeout = max(p.ho.deadline.Sub(m.opts.Clock.Now()), 1)
 		}
 		if p.cg != nil {
-			rec.Cgroup = p.cg.Path()
+			st.Cgroup = p.cg.Path()
 		}
 		select {
 		case <-p.killc:
-			rec.Killed = true
+			st.Killed = true
 		default:
 		}
 		p.sentMu.Lock()
-		for sig, why := range p.sent {
-			rec.Sent = append(rec.Sent, &hpb.SentSignal{Signal: int32(sig), Why: reasonsToWire[why]})
+		if len(p.sent) > 0 {
+			st.Sent = maps.Clone(p.sent)
 		}
 		p.sentMu.Unlock()
 		p.ho.mu.Lock()
 		if ex := p.ho.reaped; ex != nil {
-			rec.Reaped = &hpb.Exit{WaitStatus: uint32(ex.Status)}
-			if ex.Usage != nil {
-				u, s, rss := ex.Usage.Utime.Nano(), ex.Usage.Stime.Nano(), ex.Usage.Maxrss
-				rec.Reaped.UserCpuNs, rec.Reaped.SystemCpuNs, rec.Reaped.MaxRssBytes = &u, &s, &rss
-			}
+			reaped := *ex
+			st.Reaped = &reaped
 		}
 		p.ho.mu.Unlock()
-		live = append(live, rec)
+		s.Live = append(s.Live, st)
 	}
 	for _, p := range m.exited {
 		left := p.ho.forgetAt.Sub(now)
 		if left <= 0 {
 			continue
 		}
-		ex := p.exit
-		e := &hpb.Exit{Code: int32(ex.Code), Exited: ex.Exited, Status: ex.Status, Reason: reasonsToWire[ex.Reason]}
-		if u := ex.Usage; u != nil {
-			a, b, c, d := int64(u.UserCPU), int64(u.SystemCPU), u.MaxRSS, u.MemoryPeak
-			e.UserCpuNs, e.SystemCpuNs, e.MaxRssBytes, e.MemoryPeakBytes = &a, &b, &c, &d
-		}
-		ended = append(ended, &hpb.EndedProcess{Pid: p.pid, Tag: p.tag, OwnerUid: p.owner, Command: commandOf(p.config),
-			Pty: p.tty != nil, Exit: e, Output: outputOf(p.log), RetentionRemainingNs: int64(left)})
+		s.Ended = append(s.Ended, EndedState{Pid: p.pid, Tag: p.tag, Owner: p.owner, Config: p.config,
+			PTY: p.tty != nil, Exit: p.exit, Output: outputOf(p.log), Retention: left})
 	}
-	return live, ended, fds
+	return s
 }
 
 // Adoption is a checked set of processes from a handover record, not yet
 // adopted: nothing is open or running until Commit.
 type Adoption struct {
-	m     *Manager
-	live  []*hpb.Process
-	ended []*hpb.EndedProcess
+	m *Manager
+	s Snapshot
 }
 
 // PrepareAdopt checks the processes a handover record describes: every
 // descriptor open, every log whole. It changes nothing.
-func (m *Manager) PrepareAdopt(live []*hpb.Process, ended []*hpb.EndedProcess) (*Adoption, error) {
-	open := func(pid uint32, what string, fd *int32) error {
-		if fd == nil {
-			return nil
-		}
-		if _, err := unix.FcntlInt(uintptr(*fd), unix.F_GETFD, 0); err != nil {
-			return fmt.Errorf("process %d: its %s (fd %d) is not open: %w", pid, what, *fd, err)
-		}
-		return nil
-	}
-	for _, r := range live {
-		if r.GetPid() == 0 || r.GetCommand() == nil {
+func (m *Manager) PrepareAdopt(s Snapshot) (*Adoption, error) {
+	for _, r := range s.Live {
+		if r.Pid == 0 {
 			return nil, fmt.Errorf("a process without pid or command")
 		}
-		if (r.PtyFd == nil) == (r.StdoutFd == nil || r.StderrFd == nil) {
-			return nil, fmt.Errorf("process %d: want a terminal or stdout and stderr", r.GetPid())
+		if (r.PTY == NoFD) == (r.Stdout == NoFD || r.Stderr == NoFD) {
+			return nil, fmt.Errorf("process %d: want a terminal or stdout and stderr", r.Pid)
 		}
-		for what, fd := range map[string]*int32{"stdout": r.StdoutFd, "stderr": r.StderrFd, "stdin": r.StdinFd, "terminal": r.PtyFd} {
-			if err := open(r.GetPid(), what, fd); err != nil {
-				return nil, err
+		for what, fd := range map[string]int{"stdout": r.Stdout, "stderr": r.Stderr, "stdin": r.Stdin, "terminal": r.PTY} {
+			if fd == NoFD {
+				continue
+			}
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+				return nil, fmt.Errorf("process %d: its %s (fd %d) is not open: %w", r.Pid, what, fd, err)
 			}
 		}
-		if _, err := restoreLog(m.opts, r.GetOutput()); err != nil {
-			return nil, fmt.Errorf("process %d: %w", r.GetPid(), err)
+		if _, err := restoreLog(m.opts, r.Output); err != nil {
+			return nil, fmt.Errorf("process %d: %w", r.Pid, err)
 		}
-		if r.GetCgroup() != "" && m.opts.Cgroups != nil {
-			if _, err := m.opts.Cgroups.Adopt(r.GetCgroup()); err != nil {
-				return nil, fmt.Errorf("process %d: %w", r.GetPid(), err)
+		if r.Cgroup != "" && m.opts.Cgroups != nil {
+			if _, err := m.opts.Cgroups.Adopt(r.Cgroup); err != nil {
+				return nil, fmt.Errorf("process %d: %w", r.Pid, err)
 			}
 		}
 	}
-	for _, r := range ended {
-		if _, err := restoreLog(m.opts, r.GetOutput()); err != nil {
-			return nil, fmt.Errorf("ended process %d: %w", r.GetPid(), err)
+	for _, r := range s.Ended {
+		if _, err := restoreLog(m.opts, r.Output); err != nil {
+			return nil, fmt.Errorf("ended process %d: %w", r.Pid, err)
 		}
 	}
-	return &Adoption{m: m, live: live, ended: ended}, nil
+	return &Adoption{m: m, s: s}, nil
 }
 
 // Running lists the pids the reaper must adopt (reaper.Adopt): those whose
 // end the old envd had not reaped.
 func (a *Adoption) Running() []int {
 	var pids []int
-	for _, r := range a.live {
-		if r.GetReaped() == nil {
-			pids = append(pids, int(r.GetPid()))
+	for _, r := range a.s.Live {
+		if r.Reaped == nil {
+			pids = append(pids, int(r.Pid))
 		}
 	}
 	return pids
 }
 
-func restoreLog(opts Options, o *hpb.Output) (*outbuf.Log, error) {
-	recs := make([]outbuf.Record, len(o.GetRecords()))
-	for i, r := range o.GetRecords() {
-		if r.GetKind() > 255 {
-			return nil, fmt.Errorf("output record kind %d", r.GetKind())
-		}
-		recs[i] = outbuf.Record{Off: r.GetOffset(), Kind: uint8(r.GetKind()), Data: r.GetData()}
-	}
-	return outbuf.Restore(opts.LogSize, o.GetStart(), o.GetEnd(), recs, logOptions(opts)...)
-}
-
-func configOf(c *hpb.Command) Config {
-	return Config{Cmd: c.GetCmd(), Args: c.GetArgs(), Envs: c.GetEnvs(), Cwd: c.Cwd}
+func restoreLog(opts Options, o Output) (*outbuf.Log, error) {
+	return outbuf.Restore(opts.LogSize, o.Start, o.End, o.Records, logOptions(opts)...)
 }
 
 // Commit adopts the processes: exits has the channel reaper.Adopt gave for
@@ -393,74 +400,59 @@ func configOf(c *hpb.Command) Config {
 // started them.
 func (a *Adoption) Commit(exits map[int]<-chan reaper.Exit) {
 	m := a.m
-	for _, r := range a.live {
-		p := m.adopted(r.GetPid(), r.Tag, r.GetOwnerUid(), r.GetCommand(), r.GetOutput())
-		file := func(fd *int32, name string) *os.File { return os.NewFile(uintptr(*fd), name) }
-		if r.PtyFd != nil {
-			p.tty = file(r.PtyFd, "/dev/ptmx")
+	for _, r := range a.s.Live {
+		p := m.adopted(r.Pid, r.Tag, r.Owner, r.Config, r.Output)
+		file := func(fd int, name string) *os.File { return os.NewFile(uintptr(fd), name) }
+		if r.PTY != NoFD {
+			p.tty = file(r.PTY, "/dev/ptmx")
 			p.outputs = []*os.File{p.tty}
 		} else {
-			p.outputs = []*os.File{file(r.StdoutFd, "stdout"), file(r.StderrFd, "stderr")}
-			if r.StdinFd != nil {
-				p.stdin = file(r.StdinFd, "stdin")
+			p.outputs = []*os.File{file(r.Stdout, "stdout"), file(r.Stderr, "stderr")}
+			if r.Stdin != NoFD {
+				p.stdin = file(r.Stdin, "stdin")
 			}
 		}
-		if r.GetCgroup() != "" && m.opts.Cgroups != nil {
-			p.cg, _ = m.opts.Cgroups.Adopt(r.GetCgroup())
+		if r.Cgroup != "" && m.opts.Cgroups != nil {
+			p.cg, _ = m.opts.Cgroups.Adopt(r.Cgroup)
 		}
-		for _, s := range r.GetSent() {
-			if p.sent == nil {
-				p.sent = map[syscall.Signal]EndReason{}
-			}
-			p.sent[syscall.Signal(s.GetSignal())] = reasonFromWire(s.GetWhy())
+		if len(r.Sent) > 0 {
+			p.sent = maps.Clone(r.Sent)
 		}
-		if r.GetKilled() {
+		if r.Killed {
 			p.killOnce.Do(func() { close(p.killc) })
 		}
 		p.serializeSignals(nil)
-		exitc := exits[int(r.GetPid())]
-		if e := r.GetReaped(); e != nil {
-			ex := reaper.Exit{Status: syscall.WaitStatus(e.GetWaitStatus())}
-			if e.UserCpuNs != nil {
-				ex.Usage = &syscall.Rusage{Utime: syscall.NsecToTimeval(e.GetUserCpuNs()), Stime: syscall.NsecToTimeval(e.GetSystemCpuNs()), Maxrss: e.GetMaxRssBytes()}
-			}
+		exitc := exits[int(r.Pid)]
+		if r.Reaped != nil {
 			c := make(chan reaper.Exit, 1)
-			c <- ex
+			c <- *r.Reaped
 			exitc = c
 		}
-		var o StartOptions
-		if r.TimeoutRemainingNs != nil {
-			o.Timeout = max(time.Duration(r.GetTimeoutRemainingNs()), 1)
-		}
 		m.register(p)
-		m.startPumps(p, exitc, o)
+		m.startPumps(p, exitc, StartOptions{Timeout: r.Timeout})
 		m.logger.Debug("process adopted", "pid", p.pid, "pty", p.tty != nil)
 	}
-	for _, r := range a.ended {
-		p := m.adopted(r.GetPid(), r.Tag, r.GetOwnerUid(), r.GetCommand(), r.GetOutput())
-		e := r.GetExit()
-		p.exit = Exit{Code: int(e.GetCode()), Exited: e.GetExited(), Status: e.GetStatus(), Reason: reasonFromWire(e.GetReason())}
-		if e.UserCpuNs != nil {
-			p.exit.Usage = &Usage{UserCPU: time.Duration(e.GetUserCpuNs()), SystemCPU: time.Duration(e.GetSystemCpuNs()), MaxRSS: e.GetMaxRssBytes(), MemoryPeak: e.GetMemoryPeakBytes()}
-		}
+	for _, r := range a.s.Ended {
+		p := m.adopted(r.Pid, r.Tag, r.Owner, r.Config, r.Output)
+		p.exit = r.Exit
 		p.log.Close()
 		close(p.done)
 		m.mu.Lock()
 		if _, running := m.live[p.pid]; !running {
 			m.exited[p.pid] = p
-			m.forgetAfter(p, time.Duration(r.GetRetentionRemainingNs()))
+			m.forgetAfter(p, r.Retention)
 		}
 		m.mu.Unlock()
 	}
 }
 
 // adopted is a Process as newProcess makes one, with the log restored.
-func (m *Manager) adopted(pid uint32, tag *string, owner uint32, cmd *hpb.Command, out *hpb.Output) *Process {
+func (m *Manager) adopted(pid uint32, tag *string, owner uint32, config Config, out Output) *Process {
 	log, err := restoreLog(m.opts, out)
 	if err != nil { // PrepareAdopt checked it
 		panic(err)
 	}
-	p := m.process(tag, owner, configOf(cmd), log)
+	p := m.process(tag, owner, config, log)
 	p.pid = pid
 	return p
 }

@@ -55,7 +55,7 @@ func TestDefaultUserAndWorkdir(t *testing.T) {
 	}
 	cfg := sh("pwd")
 	cfg.Cwd = &private
-	err := startCall(c, &pb.StartRequest{Process: cfg})(bounded(t))
+	err := processtest.StartCall(c, &pb.StartRequest{Process: cfg})(bounded(t))
 	wantErr(t, err, connect.CodePermissionDenied, "cwd '"+private+"'", "user 'user' may not enter", "permission denied")
 }
 
@@ -196,7 +196,7 @@ func TestRetention(t *testing.T) {
 		t.Errorf("late Connect stdout = %q", late.Stdout)
 	}
 	processtest.Eventually(t, waitShort, func() bool {
-		return processtest.Code(connectCall(c, pidSel(pid))(bounded(t))) == connect.CodeNotFound.String()
+		return processtest.Code(processtest.ConnectCall(c, pidSel(pid))(bounded(t))) == connect.CodeNotFound.String()
 	}, "pid %d still found after retention", pid)
 }
 

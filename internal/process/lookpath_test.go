@@ -69,12 +69,12 @@ func TestLookPathInChildsPath(t *testing.T) {
 	}
 	t.Run("only envd's PATH has it", func(t *testing.T) {
 		t.Parallel()
-		err := startCall(c, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "sh", Envs: map[string]string{"PATH": venv}}})(bounded(t))
+		err := processtest.StartCall(c, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "sh", Envs: map[string]string{"PATH": venv}}})(bounded(t))
 		wantErr(t, err, connect.CodeInvalidArgument, "sh: executable not found in PATH "+venv)
 	})
 	t.Run("none the user may run", func(t *testing.T) {
 		t.Parallel()
-		err := startCall(c, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "envd-lookpath-shim", Envs: map[string]string{"PATH": shims}}})(bounded(t))
+		err := processtest.StartCall(c, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "envd-lookpath-shim", Envs: map[string]string{"PATH": shims}}})(bounded(t))
 		wantErr(t, err, connect.CodeInvalidArgument, "is not executable by "+user.Name)
 	})
 }

@@ -695,6 +695,14 @@ func (m *Manager) sees(u *identity.User, p *Process) bool {
 	return !m.opts.StrictUsers || u == nil || u.UID == 0 || p.owner == u.UID
 }
 
+// StrictUsers reports Options.StrictUsers: whether a request must name its
+// user, and a user other than root finds only its own processes.
+func (m *Manager) StrictUsers() bool { return m.opts.StrictUsers }
+
+// Clock is Options.Clock, which also paces an adapter's keepalives on the
+// processes' streams.
+func (m *Manager) Clock() quartz.Clock { return m.opts.Clock }
+
 // List returns every live process, by pid.
 func (m *Manager) List() []*Process {
 	return m.ListAs(nil)

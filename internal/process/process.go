@@ -15,9 +15,10 @@
 // user's process answers exactly as one that does not exist (not found, by
 // pid or tag, running or ended). Root finds all.
 //
-// The domain (manager.go, process.go, pty.go) knows nothing of Connect or
-// HTTP; service.go is the one adapter that maps it to the process.Process
-// RPCs and its errors to Connect codes.
+// The package knows nothing of Connect, HTTP or the handover record:
+// procconnect is the one adapter that maps it to the process.Process RPCs
+// and its errors to Connect codes, and internal/daemon converts its
+// Snapshot to and from the live-upgrade record.
 package process
 
 import (

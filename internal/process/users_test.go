@@ -1,7 +1,6 @@
 package process_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -57,8 +56,8 @@ func startErr(t *testing.T, c processconnect.ProcessClient, cwd string) *connect
 	t.Helper()
 	cfg := sh("true")
 	cfg.Cwd = &cwd
-	err := startCall(c, &pb.StartRequest{Process: cfg})(bounded(t))
-	if errors.Is(err, errAccepted) {
+	err := processtest.StartCall(c, &pb.StartRequest{Process: cfg})(bounded(t))
+	if errors.Is(err, processtest.ErrAccepted) {
 		// A started process: see that it ends.
 		return nil
 	}
@@ -188,15 +187,15 @@ func listedPids(t *testing.T, c processconnect.ProcessClient) []uint32 {
 
 // selectorCalls are every RPC that names a process, each as a call that
 // should fail at once.
-func selectorCalls(c processconnect.ProcessClient, sel *pb.ProcessSelector) map[string]func(context.Context) error {
-	return map[string]func(context.Context) error{
-		"Connect":            connectCall(c, sel),
-		"SendInput":          sendInput(c, sel, stdinInput("leak\n")),
-		"StreamInput":        streamInputCall(c, sel, stdinInput("leak\n")),
-		"CloseStdin":         closeStdin(c, sel),
-		"SendSignal SIGKILL": sendSignal(c, sel, pb.Signal_SIGNAL_SIGKILL),
-		"SendSignal SIGTERM": sendSignal(c, sel, pb.Signal_SIGNAL_SIGTERM),
-		"Update":             update(c, sel, ptySize(100, 30)),
+func selectorCalls(c processconnect.ProcessClient, sel *pb.ProcessSelector) map[string]processtest.Call {
+	return map[string]processtest.Call{
+		"Connect":            processtest.ConnectCall(c, sel),
+		"SendInput":          processtest.SendInputCall(c, sel, stdinInput("leak\n")),
+		"StreamInput":        processtest.StreamInputCall(c, sel, stdinInput("leak\n")),
+		"CloseStdin":         processtest.CloseStdinCall(c, sel),
+		"SendSignal SIGKILL": processtest.SendSignalCall(c, sel, pb.Signal_SIGNAL_SIGKILL),
+		"SendSignal SIGTERM": processtest.SendSignalCall(c, sel, pb.Signal_SIGNAL_SIGTERM),
+		"Update":             processtest.UpdateCall(c, sel, ptySize(100, 30)),
 	}
 }
 

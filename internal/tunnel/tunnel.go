@@ -8,7 +8,7 @@
 //
 // envd connects to host:port first; only once that succeeded does it answer
 // 101 Switching Protocols, and from then on the bytes of the connection are
-// the tunnel's, both ways, half-closes passed on (internal/relay). Every
+// the tunnel's, both ways, half-closes passed on (package relay). Every
 // failure before is an ordinary error answer ({"code","message"}): 400 for
 // a bad port or host, 403 for a host a strict-mode user may not reach, 426
 // without the upgrade (or over HTTP/2), 502 when nothing listens, 504 when
@@ -36,8 +36,8 @@ import (
 	"github.com/envd-dev/envd/internal/auth"
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/identity"
-	"github.com/envd-dev/envd/internal/relay"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/relay"
 )
 
 // Protocol is the Upgrade token of a tunnel request.

@@ -15,8 +15,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/envd-dev/envd/buildinfo"
 	pb "github.com/envd-dev/envd/gen/process"
-	"github.com/envd-dev/envd/internal/buildinfo"
 	"github.com/envd-dev/envd/internal/testutil"
 )
 

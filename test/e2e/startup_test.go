@@ -215,7 +215,7 @@ func TestDockerfile(t *testing.T) {
 			// Static and stripped, with the commit the binary reports
 			// stamped (the build context has no .git).
 			if stage == 1 && strings.Contains(in.Args, "CGO_ENABLED=0 go build") && strings.Contains(in.Args, "-trimpath") &&
-				strings.Contains(in.Args, `-s -w -X github.com/envd-dev/envd/internal/buildinfo.commit=${ENVD_COMMIT}`) && strings.Contains(in.Args, "./cmd/envd") {
+				strings.Contains(in.Args, `-s -w -X github.com/envd-dev/envd/buildinfo.commit=${ENVD_COMMIT}`) && strings.Contains(in.Args, "./cmd/envd") {
 				staticBuild = true
 			}
 			if stage == 2 && installCopied != "" {

@@ -68,7 +68,7 @@ func upgradeBinaries(t *testing.T) (dir, oldBin, newBin string) {
 			}
 			return bin
 		}
-		const ver = "-X github.com/envd-dev/envd/internal/buildinfo.version="
+		const ver = "-X github.com/envd-dev/envd/buildinfo.version="
 		b.old = build("envd-old", ver+oldVersion)
 		b.new = build("envd-new", ver+newVersion+" -X github.com/envd-dev/envd/internal/handover.testHooks=1")
 	})

@@ -1,9 +1,9 @@
 // Package processtest serves the real process.Process service for tests,
-// built the way internal/daemon wires it (Manager, Service, the server's
-// handler options and route table), on an httptest server that speaks
-// HTTP/1.1 and h2c, and gives tests generated clients for each transport,
-// codec and run-as user, plus a Watcher that reads a Start or Connect stream
-// in the background.
+// built the way internal/daemon wires it (Manager, procconnect.Service, the
+// server's handler options and route table), on an httptest server that
+// speaks HTTP/1.1 and h2c, and gives tests generated clients for each
+// transport, codec and run-as user, plus a Watcher that reads a Start or
+// Connect stream in the background.
 //
 // Nothing here calls t.Fatal from a goroutine: background readers only
 // record, and the test's own goroutine asserts.
@@ -28,9 +28,10 @@ import (
 	"github.com/envd-dev/envd/internal/defaults"
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/process"
+	"github.com/envd-dev/envd/internal/process/procconnect"
 	"github.com/envd-dev/envd/internal/server"
 	"github.com/envd-dev/envd/internal/testutil"
-	"github.com/envd-dev/envd/internal/wirecodec"
+	"github.com/envd-dev/envd/wirecodec"
 )
 
 // Timeouts shared by every test of the process packages. They are generous:
@@ -102,7 +103,7 @@ func New(t testing.TB, o Options) *Server {
 	if len(o.Accounts) > 0 {
 		opts = withAccounts(opts, o.Accounts)
 	}
-	path, h := process.NewService(m, defs).Handler(opts...)
+	path, h := procconnect.NewService(m, defs).Handler(opts...)
 	handler, err := server.New(server.Options{Logger: log, Routes: []server.Route{{Pattern: path, Handler: h}}})
 	if err != nil {
 		t.Fatalf("build routes: %v", err)
@@ -149,7 +150,7 @@ const (
 	JSON   Codec = "json"   // as the SDK
 	Binary Codec = "binary" // protobuf
 	// Wire is binary protobuf as envd's Go client decodes it
-	// (internal/wirecodec): output in pooled buffers.
+	// (package wirecodec): output in pooled buffers.
 	Wire Codec = "wire"
 )
 

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/envd-dev/envd/gen/process"
-	"github.com/envd-dev/envd/internal/wirecodec"
+	"github.com/envd-dev/envd/wirecodec"
 )
 
 // output is the output a decoded response carries, if any.

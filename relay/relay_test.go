@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envd-dev/envd/internal/relay"
+	"github.com/envd-dev/envd/relay"
 )
 
 // pair returns the two ends of a loopback TCP connection.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envd-dev/envd/internal/buildinfo"
+	"github.com/envd-dev/envd/buildinfo"
 )
 
 // semver is semver.org's own pattern for a version, with its pre-release

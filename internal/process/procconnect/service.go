@@ -1,4 +1,11 @@
-package process
+// Package procconnect is the process.Process Connect service over a
+// process.Manager: the only place where the wire (wire-compatible with
+// E2B's envd) meets the domain, and where domain errors become Connect
+// codes (toConnectErr). It uses only the package process's exported API.
+//
+// It is named procconnect, not processconnect, so that it never collides
+// with the generated gen/process/processconnect it serves.
+package procconnect
 
 import (
 	"context"
@@ -15,8 +22,11 @@ import (
 	"github.com/envd-dev/envd/gen/process/processconnect"
 	"github.com/envd-dev/envd/internal/auth"
 	"github.com/envd-dev/envd/internal/defaults"
+	"github.com/envd-dev/envd/internal/errkind"
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/outbuf"
+	"github.com/envd-dev/envd/internal/process"
+	"github.com/envd-dev/envd/internal/rpcerr"
 	"github.com/envd-dev/envd/internal/server"
 	"github.com/envd-dev/envd/internal/streamloop"
 )
@@ -24,14 +34,14 @@ import (
 // Service is the process.Process Connect service: the only place that knows
 // both the wire and the domain.
 type Service struct {
-	m        *Manager
+	m        *process.Manager
 	defaults *defaults.Defaults
 }
 
 var _ processconnect.ProcessHandler = (*Service)(nil)
 
 // NewService adapts m to the wire.
-func NewService(m *Manager, d *defaults.Defaults) *Service {
+func NewService(m *process.Manager, d *defaults.Defaults) *Service {
 	return &Service{m: m, defaults: d}
 }
 
@@ -40,69 +50,64 @@ func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) 
 	return processconnect.NewProcessHandler(s, opts...)
 }
 
-// toConnectErr maps domain errors to Connect codes, in this one place: an
-// *Error by its kind, with its message as is; a context's end as such;
-// anything else is internal.
+// toConnectErr maps errors to Connect codes, in this one place (kinds): a
+// domain error (the adapter's own refusals included) by its kind, with its
+// message as is; a reader that fell behind its process's output as data
+// loss; a context's end as such; anything else is internal.
 func toConnectErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	code := connect.CodeInternal
-	var de *Error
-	switch {
-	case errors.As(err, &de):
-		code = kindCodes[de.Kind]
-		if code == 0 {
-			code = connect.CodeInternal
-		}
-	case errors.Is(err, context.DeadlineExceeded):
-		code = connect.CodeDeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = connect.CodeCanceled
-	}
-	return connect.NewError(code, err)
+	return kinds.Error(err)
 }
 
-var kindCodes = map[error]connect.Code{
-	ErrNotFound:     connect.CodeNotFound,
-	ErrInvalid:      connect.CodeInvalidArgument,
-	ErrWrongState:   connect.CodeFailedPrecondition,
-	ErrUnauthorized: connect.CodeUnauthenticated,
-	ErrPermission:   connect.CodePermissionDenied,
-	ErrUnavailable:  connect.CodeUnavailable,
-	ErrExhausted:    connect.CodeResourceExhausted,
-	errInternal:     connect.CodeInternal,
+var kinds = rpcerr.Kinds{
+	{Err: process.ErrNotFound, Code: connect.CodeNotFound},
+	{Err: process.ErrInvalid, Code: connect.CodeInvalidArgument},
+	{Err: process.ErrWrongState, Code: connect.CodeFailedPrecondition},
+	{Err: process.ErrUnauthorized, Code: connect.CodeUnauthenticated},
+	{Err: process.ErrPermission, Code: connect.CodePermissionDenied},
+	{Err: process.ErrUnavailable, Code: connect.CodeUnavailable},
+	{Err: process.ErrExhausted, Code: connect.CodeResourceExhausted},
+	{Err: outbuf.ErrLost, Code: connect.CodeDataLoss},
 }
+
+// invalid is a request the adapter refuses before the domain sees it, as
+// a domain error of kind process.ErrInvalid; a %w in format becomes its
+// cause.
+func invalid(format string, args ...any) error {
+	return errkind.Errorf(process.ErrInvalid, format, args...)
+}
+
+// errNoUser refuses a request that names no user where one is needed.
+var errNoUser = &process.Error{Kind: process.ErrUnauthorized, Msg: "no user specified"}
 
 // requester is the user a request acts as, who finds only the processes
-// the Manager lets it find (Selector.As). In strict mode a request must name
-// one; in default mode none (nil) finds every process, as before.
+// the Manager lets it find (process.Selector.As). In strict mode a request
+// must name one; in default mode none (nil) finds every process, as before.
 func (s *Service) requester(ctx context.Context) (*identity.User, error) {
 	u := auth.UserFrom(ctx)
-	if u == nil && s.m.opts.StrictUsers {
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("no user specified"))
+	if u == nil && s.m.StrictUsers() {
+		return nil, toConnectErr(errNoUser)
 	}
 	return u, nil
 }
 
 // selector is the process a request names, as its requester finds it.
-func (s *Service) selector(ctx context.Context, sel *pb.ProcessSelector) (Selector, error) {
+func (s *Service) selector(ctx context.Context, sel *pb.ProcessSelector) (process.Selector, error) {
 	u, err := s.requester(ctx)
 	if err != nil {
-		return Selector{}, err
+		return process.Selector{}, err
 	}
 	switch v := sel.GetSelector().(type) {
 	case *pb.ProcessSelector_Pid:
-		return Selector{Pid: v.Pid, As: u}, nil
+		return process.Selector{Pid: v.Pid, As: u}, nil
 	case *pb.ProcessSelector_Tag:
-		return Selector{Tag: &v.Tag, As: u}, nil
+		return process.Selector{Tag: &v.Tag, As: u}, nil
 	default:
-		return Selector{}, connect.NewError(connect.CodeInvalidArgument, errors.New("process selector is missing: give a pid or a tag"))
+		return process.Selector{}, toConnectErr(invalid("process selector is missing: give a pid or a tag"))
 	}
 }
 
 // get finds the live process a request names.
-func (s *Service) get(ctx context.Context, sel *pb.ProcessSelector) (*Process, error) {
+func (s *Service) get(ctx context.Context, sel *pb.ProcessSelector) (*process.Process, error) {
 	k, err := s.selector(ctx, sel)
 	if err != nil {
 		return nil, err
@@ -115,19 +120,19 @@ func (s *Service) get(ctx context.Context, sel *pb.ProcessSelector) (*Process, e
 func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
 	u := auth.UserFrom(ctx)
 	if u == nil {
-		return connect.NewError(connect.CodeUnauthenticated, errors.New("no user specified"))
+		return toConnectErr(errNoUser)
 	}
 	msg := req.Msg
 	cfg := msg.GetProcess()
 	if cfg == nil {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("process is missing: give at least process.cmd"))
+		return toConnectErr(invalid("process is missing: give at least process.cmd"))
 	}
 	dir, err := u.Resolve(cfg.GetCwd(), s.defaults.Workdir())
 	if err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, err)
+		return toConnectErr(invalid("%w", err))
 	}
-	o := StartOptions{
-		Config: Config{Cmd: cfg.GetCmd(), Args: cfg.GetArgs(), Envs: cfg.GetEnvs(), Cwd: cfg.Cwd},
+	o := process.StartOptions{
+		Config: process.Config{Cmd: cfg.GetCmd(), Args: cfg.GetArgs(), Envs: cfg.GetEnvs(), Cwd: cfg.Cwd},
 		Tag:    msg.Tag,
 		User:   u,
 		Dir:    dir,
@@ -136,9 +141,9 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 	if msg.Pty != nil {
 		sz := msg.Pty.GetSize()
 		if sz.GetCols() > 0xffff || sz.GetRows() > 0xffff {
-			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("terminal size %dx%d is too large", sz.GetCols(), sz.GetRows()))
+			return toConnectErr(invalid("terminal size %dx%d is too large", sz.GetCols(), sz.GetRows()))
 		}
-		o.PTY = &Size{Cols: uint16(sz.GetCols()), Rows: uint16(sz.GetRows())}
+		o.PTY = &process.Size{Cols: uint16(sz.GetCols()), Rows: uint16(sz.GetRows())}
 		o.Stdin = false
 	}
 	// Connect-Timeout-Ms is the process's lifetime, as upstream: the SDK's
@@ -176,7 +181,7 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 // streamEvents sends start, then every output record rd reads, keepalives
 // while the process is quiet, and the end once its output is exhausted. It
 // owns send (only this goroutine writes to the stream) and closes rd.
-func (s *Service) streamEvents(ctx context.Context, p *Process, rd *Reader, keepalive time.Duration, send func(*pb.ProcessEvent) error) error {
+func (s *Service) streamEvents(ctx context.Context, p *process.Process, rd *process.Reader, keepalive time.Duration, send func(*pb.ProcessEvent) error) error {
 	defer rd.Close()
 	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: p.Pid()}}}); err != nil {
 		return err
@@ -184,7 +189,7 @@ func (s *Service) streamEvents(ctx context.Context, p *Process, rd *Reader, keep
 	eof := false       // every byte was sent; the log closes just before the exit is published
 	var scratch []byte // coalesce's buffer, reused: Send has marshalled a message when it returns
 	return streamloop.Loop{
-		Clock:     s.m.opts.Clock,
+		Clock:     s.m.Clock(),
 		Keepalive: keepalive,
 		Ready: func() <-chan struct{} {
 			if eof {
@@ -198,7 +203,7 @@ func (s *Service) streamEvents(ctx context.Context, p *Process, rd *Reader, keep
 			}
 			recs, err := rd.Read()
 			if lost, ok := errors.AsType[*outbuf.LostError](err); ok {
-				return false, connect.NewError(connect.CodeDataLoss, fmt.Errorf("process %d: this reader fell behind: %w; its output goes on: reconnect to follow it", p.Pid(), lost))
+				return false, toConnectErr(fmt.Errorf("process %d: this reader fell behind: %w; its output goes on: reconnect to follow it", p.Pid(), lost))
 			}
 			if err != nil { // io.EOF
 				eof = true
@@ -261,19 +266,19 @@ func coalesce(recs []outbuf.Record, scratch []byte) ([]outbuf.Record, []byte) {
 }
 
 // endReason is r on the wire.
-func endReason(r EndReason) pb.ProcessEvent_EndReason {
+func endReason(r process.EndReason) pb.ProcessEvent_EndReason {
 	switch r {
-	case EndExited:
+	case process.EndExited:
 		return pb.ProcessEvent_END_REASON_EXITED
-	case EndSignaled:
+	case process.EndSignaled:
 		return pb.ProcessEvent_END_REASON_SIGNALED
-	case EndTimedOut:
+	case process.EndTimedOut:
 		return pb.ProcessEvent_END_REASON_TIMED_OUT
-	case EndClientSignal:
+	case process.EndClientSignal:
 		return pb.ProcessEvent_END_REASON_CLIENT_SIGNAL
-	case EndShutdown:
+	case process.EndShutdown:
 		return pb.ProcessEvent_END_REASON_SHUTDOWN
-	case EndOOMKilled:
+	case process.EndOOMKilled:
 		return pb.ProcessEvent_END_REASON_OOM_KILLED
 	}
 	return pb.ProcessEvent_END_REASON_UNSPECIFIED
@@ -283,7 +288,7 @@ func endReason(r EndReason) pb.ProcessEvent_EndReason {
 // streamloop.Done; before, it returns nil (the loop waits for p.Done). The
 // end always has its reason and usage: an older Python SDK, which refuses
 // fields it does not know, gets them stripped by internal/legacysdk.
-func sendEnd(ctx context.Context, p *Process, send func(*pb.ProcessEvent) error) error {
+func sendEnd(ctx context.Context, p *process.Process, send func(*pb.ProcessEvent) error) error {
 	ex, ok := p.Exit()
 	if !ok {
 		return nil
@@ -311,9 +316,9 @@ func sendEnd(ctx context.Context, p *Process, send func(*pb.ProcessEvent) error)
 func dataEvent(r outbuf.Record) *pb.ProcessEvent {
 	d := &pb.ProcessEvent_DataEvent{}
 	switch r.Kind {
-	case Stdout:
+	case process.Stdout:
 		d.Output = &pb.ProcessEvent_DataEvent_Stdout{Stdout: r.Data}
-	case Stderr:
+	case process.Stderr:
 		d.Output = &pb.ProcessEvent_DataEvent_Stderr{Stderr: r.Data}
 	default:
 		d.Output = &pb.ProcessEvent_DataEvent_Pty{Pty: r.Data}
@@ -352,21 +357,21 @@ func (s *Service) SendInput(ctx context.Context, req *connect.Request[pb.SendInp
 	return connect.NewResponse(&pb.SendInputResponse{}), nil
 }
 
-func writeInput(ctx context.Context, p *Process, in *pb.ProcessInput) error {
+func writeInput(ctx context.Context, p *process.Process, in *pb.ProcessInput) error {
 	switch v := in.GetInput().(type) {
 	case *pb.ProcessInput_Stdin:
 		return toConnectErr(p.WriteStdin(ctx, v.Stdin))
 	case *pb.ProcessInput_Pty:
 		return toConnectErr(p.WritePTY(ctx, v.Pty))
 	default:
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("input is missing: give input.stdin or input.pty"))
+		return toConnectErr(invalid("input is missing: give input.stdin or input.pty"))
 	}
 }
 
 // StreamInput writes each data message of the stream to the process the
 // first message picked.
 func (s *Service) StreamInput(ctx context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
-	var p *Process
+	var p *process.Process
 	for stream.Receive() {
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *pb.StreamInputRequest_Start:
@@ -376,14 +381,14 @@ func (s *Service) StreamInput(ctx context.Context, stream *connect.ClientStream[
 			}
 		case *pb.StreamInputRequest_Data:
 			if p == nil {
-				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the first message must be start, naming the process"))
+				return nil, toConnectErr(invalid("the first message must be start, naming the process"))
 			}
 			if err := writeInput(ctx, p, ev.Data.GetInput()); err != nil {
 				return nil, err
 			}
 		case *pb.StreamInputRequest_Keepalive:
 		default:
-			return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("empty message: give start, data or keepalive"))
+			return nil, toConnectErr(invalid("empty message: give start, data or keepalive"))
 		}
 	}
 	if err := stream.Err(); err != nil {
@@ -397,7 +402,7 @@ func (s *Service) SendSignal(ctx context.Context, req *connect.Request[pb.SendSi
 	// The enum's values are Linux's signal numbers.
 	v := req.Msg.GetSignal()
 	if _, known := pb.Signal_name[int32(v)]; !known || v == pb.Signal_SIGNAL_UNSPECIFIED {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid signal: %s: send one of %s", v, signalList()))
+		return nil, toConnectErr(invalid("invalid signal: %s: send one of %s", v, signalList()))
 	}
 	sig := syscall.Signal(v)
 	p, err := s.get(ctx, req.Msg.GetProcess())
@@ -431,9 +436,9 @@ func (s *Service) Update(ctx context.Context, req *connect.Request[pb.UpdateRequ
 	if pt := req.Msg.Pty; pt != nil {
 		sz := pt.GetSize()
 		if sz.GetCols() > 0xffff || sz.GetRows() > 0xffff {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("terminal size %dx%d is too large", sz.GetCols(), sz.GetRows()))
+			return nil, toConnectErr(invalid("terminal size %dx%d is too large", sz.GetCols(), sz.GetRows()))
 		}
-		if err := p.Resize(Size{Cols: uint16(sz.GetCols()), Rows: uint16(sz.GetRows())}); err != nil {
+		if err := p.Resize(process.Size{Cols: uint16(sz.GetCols()), Rows: uint16(sz.GetRows())}); err != nil {
 			return nil, toConnectErr(err)
 		}
 	}

@@ -2,6 +2,11 @@
 // of every forward and tunnel envd serves: a half-close on one side is
 // passed on to the other, so that a peer that shuts down its writing side
 // still gets its answer; an error on either side (a reset) ends both.
+//
+// It lives at the module's root rather than under internal/ because envctl's
+// forward copies with it too, on the other end of the same tunnels, and
+// envctl must not import envd's internals. It depends on the standard
+// library alone.
 package relay
 
 import (

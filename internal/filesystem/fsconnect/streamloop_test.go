@@ -1,4 +1,4 @@
-package filesystem_test
+package fsconnect_test
 
 import (
 	"context"

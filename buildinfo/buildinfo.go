@@ -8,6 +8,13 @@
 // to it opens for what envd does (docs/wire.md has the table). Its build
 // metadata is the commit, so two builds of different commits report
 // different versions while comparing equal as semver.
+//
+// It lives at the module's root rather than under internal/ because envctl
+// prints its own version with it (the line envd -version prints, for the
+// same commit), and envctl, like the client, must not import envd's
+// internals. Builds stamp it by this path:
+//
+//	-ldflags "-X github.com/envd-dev/envd/buildinfo.commit=..."
 package buildinfo
 
 import (

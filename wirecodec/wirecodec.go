@@ -7,6 +7,11 @@
 // Streaming a gigabyte of output, protobuf's decoding gave every message a
 // fresh buffer of up to 512 KiB: a third of the client's time went to
 // copying into memory the kernel had to fault in, and to collecting it.
+//
+// It lives at the module's root rather than under internal/ because the
+// public client package decodes with it, and client must not import envd's
+// internals; envd's own process tests use it to read output as the client
+// does. It depends on gen/process and protobuf alone.
 package wirecodec
 
 import (

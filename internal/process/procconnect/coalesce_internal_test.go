@@ -1,4 +1,4 @@
-package process
+package procconnect
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/envd-dev/envd/internal/outbuf"
+	"github.com/envd-dev/envd/internal/process"
 )
 
 // TestCoalesce: each run of records of one kind becomes one record with
@@ -16,13 +17,13 @@ func TestCoalesce(t *testing.T) {
 	rec := func(off int64, kind uint8, s string) outbuf.Record {
 		return outbuf.Record{Off: off, Kind: kind, Data: []byte(s)}
 	}
-	alone := rec(3, Stderr, "c")
+	alone := rec(3, process.Stderr, "c")
 	in := []outbuf.Record{
-		rec(0, Stdout, "a"), rec(1, Stdout, "bb"), alone,
-		rec(4, Stdout, "d"), rec(5, Stdout, "e"), rec(6, Stdout, "f"), rec(7, PTY, "g"),
+		rec(0, process.Stdout, "a"), rec(1, process.Stdout, "bb"), alone,
+		rec(4, process.Stdout, "d"), rec(5, process.Stdout, "e"), rec(6, process.Stdout, "f"), rec(7, process.PTY, "g"),
 	}
 	got, scratch := coalesce(in, nil)
-	want := []outbuf.Record{rec(0, Stdout, "abb"), alone, rec(4, Stdout, "def"), rec(7, PTY, "g")}
+	want := []outbuf.Record{rec(0, process.Stdout, "abb"), alone, rec(4, process.Stdout, "def"), rec(7, process.PTY, "g")}
 	if s, w := show(got), show(want); s != w {
 		t.Fatalf("coalesce = %s, want %s", s, w)
 	}
@@ -37,14 +38,14 @@ func TestCoalesce(t *testing.T) {
 	}
 
 	// Nothing to join: the same records, and the scratch is kept.
-	single := []outbuf.Record{rec(8, Stdout, "x"), rec(9, Stderr, "y")}
+	single := []outbuf.Record{rec(8, process.Stdout, "x"), rec(9, process.Stderr, "y")}
 	got2, scratch2 := coalesce(single, scratch)
 	if show(got2) != show(single) || cap(scratch2) != cap(scratch) {
 		t.Errorf("coalesce(%s) = %s, scratch cap %d (was %d)", show(single), show(got2), cap(scratch2), cap(scratch))
 	}
 
 	// A second join of no more bytes reuses the scratch's memory.
-	got3, scratch3 := coalesce([]outbuf.Record{rec(10, Stdout, "p"), rec(11, Stdout, "q")}, scratch)
+	got3, scratch3 := coalesce([]outbuf.Record{rec(10, process.Stdout, "p"), rec(11, process.Stdout, "q")}, scratch)
 	if string(got3[0].Data) != "pq" || &scratch3[:1][0] != &scratch[:1][0] {
 		t.Errorf("second join: %s, scratch reused: %v", show(got3), &scratch3[:1][0] == &scratch[:1][0])
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	pb "github.com/envd-dev/envd/gen/process"
-	"github.com/envd-dev/envd/internal/wirecodec"
+	"github.com/envd-dev/envd/wirecodec"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )

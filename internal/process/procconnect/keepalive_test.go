@@ -1,4 +1,4 @@
-package process_test
+package procconnect_test
 
 import (
 	"net/http"
@@ -58,7 +58,7 @@ func TestStreamKeepaliveClock(t *testing.T) {
 	}
 	for _, x := range []*processtest.Watcher{w, cw, plain} {
 		st := x.End(t, waitShort)
-		checkEnd(t, st, exit0)
+		checkExit0(t, st)
 		if st.Stdout != "b\n" {
 			t.Errorf("stdout = %q", st.Stdout)
 		}

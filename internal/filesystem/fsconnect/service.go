@@ -1,4 +1,10 @@
-package filesystem
+// Package fsconnect is the filesystem.Filesystem Connect service over a
+// filesystem.Files: it converts between the wire's messages and the
+// domain's types, reads the run-as user the interceptor put in the
+// request's context, and is the only place where the domain's errors become
+// Connect codes (toConnectErr). It uses only package filesystem's exported
+// API. /files, the HTTP side of the same domain, is internal/httpapi.
+package fsconnect
 
 import (
 	"context"
@@ -14,7 +20,9 @@ import (
 	"github.com/envd-dev/envd/gen/filesystem/filesystemconnect"
 	"github.com/envd-dev/envd/internal/auth"
 	"github.com/envd-dev/envd/internal/defaults"
+	"github.com/envd-dev/envd/internal/filesystem"
 	"github.com/envd-dev/envd/internal/identity"
+	"github.com/envd-dev/envd/internal/rpcerr"
 	"github.com/envd-dev/envd/internal/server"
 	"github.com/envd-dev/envd/internal/streamloop"
 )
@@ -22,7 +30,7 @@ import (
 // Service is the filesystem.Filesystem Connect service: the only place that
 // knows both the wire and the domain.
 type Service struct {
-	f        *Files
+	f        *filesystem.Files
 	defaults *defaults.Defaults
 }
 
@@ -30,7 +38,7 @@ var _ filesystemconnect.FilesystemHandler = (*Service)(nil)
 
 // NewService adapts f to the wire. Empty paths resolve to d's working
 // directory.
-func NewService(f *Files, d *defaults.Defaults) *Service {
+func NewService(f *filesystem.Files, d *defaults.Defaults) *Service {
 	return &Service{f: f, defaults: d}
 }
 
@@ -39,36 +47,29 @@ func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) 
 	return filesystemconnect.NewFilesystemHandler(s, opts...)
 }
 
-// toConnectErr maps domain errors to Connect codes, in this one place.
+// errNoUser is a request that reached the service without a run-as user.
+var errNoUser = errors.New("no user specified")
+
+// errKinds are the domain's kinds of error with their Connect codes, tried
+// in order; a context's end and an error of no kind are mapped by rpcerr.
+var errKinds = rpcerr.Kinds{
+	{Err: errNoUser, Code: connect.CodeUnauthenticated},
+	{Err: filesystem.ErrNotFound, Code: connect.CodeNotFound},
+	{Err: filesystem.ErrExists, Code: connect.CodeAlreadyExists},
+	{Err: filesystem.ErrInvalid, Code: connect.CodeInvalidArgument},
+	{Err: identity.ErrBadPath, Code: connect.CodeInvalidArgument},
+	{Err: filesystem.ErrPermission, Code: connect.CodePermissionDenied},
+	{Err: filesystem.ErrLoop, Code: connect.CodeFailedPrecondition},
+	{Err: filesystem.ErrNoSpace, Code: connect.CodeResourceExhausted},
+	{Err: filesystem.ErrLimit, Code: connect.CodeResourceExhausted},
+	{Err: filesystem.ErrLagging, Code: connect.CodeDataLoss},
+	{Err: filesystem.ErrClosed, Code: connect.CodeUnavailable},
+}
+
+// toConnectErr maps domain errors to Connect codes, in this one place; the
+// message is the error's own. nil stays nil.
 func toConnectErr(err error) error {
-	var code connect.Code
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrNotFound):
-		code = connect.CodeNotFound
-	case errors.Is(err, ErrExists):
-		code = connect.CodeAlreadyExists
-	case errors.Is(err, ErrInvalid), errors.Is(err, identity.ErrBadPath):
-		code = connect.CodeInvalidArgument
-	case errors.Is(err, ErrPermission):
-		code = connect.CodePermissionDenied
-	case errors.Is(err, ErrLoop):
-		code = connect.CodeFailedPrecondition
-	case errors.Is(err, ErrNoSpace), errors.Is(err, ErrLimit):
-		code = connect.CodeResourceExhausted
-	case errors.Is(err, ErrLagging):
-		code = connect.CodeDataLoss
-	case errors.Is(err, ErrClosed):
-		code = connect.CodeUnavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		code = connect.CodeDeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = connect.CodeCanceled
-	default:
-		code = connect.CodeInternal
-	}
-	return connect.NewError(code, err)
+	return errKinds.Error(err)
 }
 
 // user is the run-as user the interceptor put in ctx, and resolve turns a
@@ -76,7 +77,7 @@ func toConnectErr(err error) error {
 func (s *Service) user(ctx context.Context) (*identity.User, error) {
 	u := auth.UserFrom(ctx)
 	if u == nil {
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("no user specified"))
+		return nil, toConnectErr(errNoUser)
 	}
 	return u, nil
 }
@@ -88,7 +89,7 @@ func (s *Service) resolve(ctx context.Context, p string) (*identity.User, string
 	}
 	abs, err := u.Resolve(p, s.defaults.Workdir())
 	if err != nil {
-		return nil, "", connect.NewError(connect.CodeInvalidArgument, err)
+		return nil, "", toConnectErr(err) // identity.ErrBadPath: invalid argument
 	}
 	return u, abs, nil
 }
@@ -173,7 +174,7 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDir
 	if err != nil {
 		return err
 	}
-	w, err := s.f.Watch(u, p, WatchOptions{
+	w, err := s.f.Watch(u, p, filesystem.WatchOptions{
 		Recursive:          req.Msg.GetRecursive(),
 		IncludeEntry:       req.Msg.GetIncludeEntry(),
 		AllowNetworkMounts: req.Msg.GetAllowNetworkMounts(),
@@ -186,7 +187,7 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDir
 		return err
 	}
 	err = streamloop.Loop{
-		Clock:     s.f.opts.Clock,
+		Clock:     s.f.Clock(),
 		Keepalive: server.KeepaliveInterval(req.Header()),
 		Ready:     w.Ready,
 		Pump: func() (bool, error) {
@@ -217,7 +218,7 @@ func (s *Service) CreateWatcher(ctx context.Context, req *connect.Request[pb.Cre
 	if err != nil {
 		return nil, err
 	}
-	id, err := s.f.CreateWatcher(u, p, WatchOptions{
+	id, err := s.f.CreateWatcher(u, p, filesystem.WatchOptions{
 		Recursive:          req.Msg.GetRecursive(),
 		IncludeEntry:       req.Msg.GetIncludeEntry(),
 		AllowNetworkMounts: req.Msg.GetAllowNetworkMounts(),
@@ -264,7 +265,7 @@ func wireString(s string) string {
 
 // EntryInfo is e on the wire. Names and paths are made valid UTF-8
 // (wireString).
-func EntryInfo(e Entry) *pb.EntryInfo {
+func EntryInfo(e filesystem.Entry) *pb.EntryInfo {
 	out := &pb.EntryInfo{
 		Name:        wireString(e.Name),
 		Path:        wireString(e.Path),
@@ -273,16 +274,16 @@ func EntryInfo(e Entry) *pb.EntryInfo {
 		Permissions: e.Mode.String(),
 		Owner:       wireString(e.Owner),
 		Group:       wireString(e.Group),
-		Metadata:    e.Metadata, // only valid UTF-8 is read (readMetadata)
+		Metadata:    e.Metadata, // only valid UTF-8 is read (filesystem.Entry.Metadata)
 	}
 	if e.SymlinkTarget != nil {
 		target := wireString(*e.SymlinkTarget)
 		out.SymlinkTarget = &target
 	}
 	switch e.Type {
-	case TypeFile:
+	case filesystem.TypeFile:
 		out.Type = pb.FileType_FILE_TYPE_FILE
-	case TypeDir:
+	case filesystem.TypeDir:
 		out.Type = pb.FileType_FILE_TYPE_DIRECTORY
 	}
 	if !e.ModTime.IsZero() {
@@ -293,18 +294,18 @@ func EntryInfo(e Entry) *pb.EntryInfo {
 
 // FilesystemEvent is e on the wire; its name is made valid UTF-8
 // (wireString).
-func FilesystemEvent(e Event) *pb.FilesystemEvent {
+func FilesystemEvent(e filesystem.Event) *pb.FilesystemEvent {
 	out := &pb.FilesystemEvent{Name: wireString(e.Name)}
 	switch e.Type {
-	case EventCreate:
+	case filesystem.EventCreate:
 		out.Type = pb.EventType_EVENT_TYPE_CREATE
-	case EventWrite:
+	case filesystem.EventWrite:
 		out.Type = pb.EventType_EVENT_TYPE_WRITE
-	case EventRemove:
+	case filesystem.EventRemove:
 		out.Type = pb.EventType_EVENT_TYPE_REMOVE
-	case EventRename:
+	case filesystem.EventRename:
 		out.Type = pb.EventType_EVENT_TYPE_RENAME
-	case EventChmod:
+	case filesystem.EventChmod:
 		out.Type = pb.EventType_EVENT_TYPE_CHMOD
 	}
 	if e.Entry != nil {
