@@ -6,6 +6,10 @@ MAKEFLAGS += --warn-undefined-variables --no-builtin-rules
 
 export PATH := /usr/local/go/bin:$(PATH)
 BUF := go tool -modfile=tools/go.mod buf
+STATICCHECK := go tool -modfile=tools/go.mod staticcheck
+# The protos as of the last release: make lint's buf breaking compares the
+# protos against it; make proto-baseline records it anew.
+PROTO_BASELINE := proto/baseline.binpb
 BIN := bin
 # Where `make run` listens; `make run HOST=0.0.0.0` to expose it.
 HOST ?= 127.0.0.1
@@ -26,7 +30,7 @@ deps: ## install what envd and its tests need (idempotent)
 # metadata): 12 hex digits, -dirty when the tree has changes; empty outside a
 # checkout (Go's own VCS stamp, or "unknown", then).
 COMMIT ?= $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { [ -z "$$(git status --porcelain 2>/dev/null)" ] || c=$$c-dirty; echo $$c; })
-LDFLAGS := -s -w -X github.com/envd-dev/envd/internal/buildinfo.commit=$(COMMIT)
+LDFLAGS := -s -w -X github.com/envd-dev/envd/buildinfo.commit=$(COMMIT)
 
 .PHONY: build
 build: ## build bin/envd, static
@@ -71,11 +75,22 @@ test-compat: build ## the unmodified npm SDKs against a real envd
 	cd test/compat && ENVD_BIN=$(CURDIR)/$(BIN)/envd npm test
 
 .PHONY: lint
-lint: ## gofmt, go vet, buf lint and buf format
-	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
+lint: ## gofmt, go vet, staticcheck, the package rules (internal/archtest), buf lint, buf format, buf breaking against PROTO_BASELINE
+	@# The work tree's Go files: tracked and not yet tracked, less those removed.
+	@out=$$(git ls-files -co --exclude-standard '*.go' | grep -v '^gen/' | while read -r f; do [ ! -e "$$f" ] || echo "$$f"; done | xargs -r gofmt -l); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	go vet ./...
+	$(STATICCHECK) ./...
+	go test -count=1 ./internal/archtest/
 	$(BUF) lint
 	$(BUF) format -d --exit-code
+	$(BUF) breaking --against $(PROTO_BASELINE)
+
+# Run at a release, and commit the result: from then on make lint's buf
+# breaking holds the protos to what that release speaks. Source info is left
+# out: buf breaking compares types and fields, not comments.
+.PHONY: proto-baseline
+proto-baseline: ## at a release: record the protos as PROTO_BASELINE, what make lint's buf breaking compares against
+	$(BUF) build --exclude-source-info -o $(PROTO_BASELINE)
 
 .PHONY: generate
 generate: ## regenerate gen/ from proto/

@@ -68,9 +68,9 @@ func prepareNamespace(t *testing.T) {
 			t.Fatal(err)
 		}
 		cp := filepath.Join(scratch, "d"+string(rune('0'+i)))
-		if out, err := exec.Command("cp", "-a", dir+"/.", cp+"/").CombinedOutput(); err != nil {
+		if _, err := exec.Command("cp", "-a", dir+"/.", cp+"/").CombinedOutput(); err != nil {
 			os.MkdirAll(cp, 0o755)
-			if out, err = exec.Command("cp", "-a", dir+"/.", cp+"/").CombinedOutput(); err != nil {
+			if out, err := exec.Command("cp", "-a", dir+"/.", cp+"/").CombinedOutput(); err != nil {
 				t.Fatalf("copy %s: %v %s", dir, err, out)
 			}
 		}

@@ -588,16 +588,6 @@ func (c *Context) running() bool {
 	return ks != nil && ks.usable()
 }
 
-// kernelID is the Jupyter id of the context's current kernel ("" if none).
-func (c *Context) kernelID() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ks == nil {
-		return ""
-	}
-	return c.ks.id
-}
-
 // Current returns the execution that has the context now (running, or
 // getting its kernel ready), or nil.
 func (c *Context) Current() *Execution {

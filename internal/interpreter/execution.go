@@ -63,13 +63,6 @@ type Execution struct {
 	end         *End               // guarded by mu; set when it ended
 }
 
-// granted is a closed channel: a wait that is already over.
-var granted = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
-
 func newExecution(e *Engine, c *Context, req ExecuteRequest, setEnv string) *Execution {
 	x := &Execution{
 		ID:        newID(),

@@ -110,6 +110,7 @@ func warmLanguage(name string) (string, error) {
 			"packages and its node_modules from the directory it starts in, and a prestarted kernel starts before its " +
 			"context's directory is known")
 	case "java":
+		//lint:ignore ST1005 Java is the language's name, which starts with a capital wherever it stands.
 		return lang, errors.New("Java kernels cannot be prestarted: their JVMs keep the directory they start in " +
 			"(setting user.dir does not move them), and a prestarted kernel starts before its context's directory is known")
 	}

@@ -37,6 +37,8 @@ import (
 
 // Done is what Pump returns once it has sent the stream's end: Run then
 // returns nil.
+//
+//lint:ignore ST1012 Done is not a failure but the signal that the stream ended as it should, as io.EOF and fs.SkipDir are: an Err name would misread it.
 var Done = errors.New("stream ended")
 
 // Loop is one stream's loop. Ready, Pump and SendKeepalive are required.
