@@ -53,7 +53,7 @@ test: deps checkgenerate lint test-go fuzz-smoke test-compat ## every test: gene
 
 .PHONY: test-go
 test-go: ## Go tests with the race detector
-	go test -race -shuffle=on -count=1 -timeout 20m ./...
+	go test -race -shuffle=on -count=1 -timeout 40m ./...
 
 .PHONY: stress
 stress: ## the Go suite STRESS_N times (3) beside two CPU burners; prints each failure

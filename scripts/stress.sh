@@ -5,13 +5,13 @@
 #
 #   STRESS_N      runs (default 3)
 #   STRESS_PKGS   packages (default ./...)
-#   STRESS_FLAGS  go test flags (default -race -shuffle=on -count=1 -timeout 20m)
+#   STRESS_FLAGS  go test flags (default -race -shuffle=on -count=1 -timeout 40m)
 #   STRESS_BURNERS  CPU burners (default 2)
 set -euo pipefail
 
 n=${STRESS_N:-3}
 pkgs=${STRESS_PKGS:-./...}
-flags=${STRESS_FLAGS:--race -shuffle=on -count=1 -timeout 20m}
+flags=${STRESS_FLAGS:--race -shuffle=on -count=1 -timeout 40m}
 burners=${STRESS_BURNERS:-2}
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/envd-stress.XXXXXX")

@@ -342,14 +342,26 @@ func heapPeak() (stop func() (peak, after int64)) {
 }
 
 // streamStdout posts code and counts the stdout bytes of the stream as it
-// arrives, without keeping it.
+// arrives, without keeping it. What is bounded is silence, not the whole:
+// a hundred megabytes through -race builds on a loaded machine take
+// minutes, and the stream fails only when no line comes for execTimeout.
 func streamStdout(t *testing.T, contextID, code string) (total, lines int) {
 	t.Helper()
-	resp := postJSON(t, testutil.Context(t, execTimeout), "/execute", map[string]any{"code": code, "context_id": contextID})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	silent := time.AfterFunc(execTimeout, func() {
+		cancel(fmt.Errorf("no line of the /execute stream for %v", execTimeout))
+	})
+	defer silent.Stop()
+	resp := postJSON(t, ctx, "/execute", map[string]any{"code": code, "context_id": contextID})
 	defer resp.Body.Close()
 	br := bufio.NewReaderSize(resp.Body, 1<<20)
 	for {
 		l, err := br.ReadSlice('\n')
+		silent.Reset(execTimeout)
+		if err != nil && context.Cause(ctx) != nil {
+			t.Fatal(context.Cause(ctx))
+		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			t.Fatalf("a line longer than 1 MiB")
 		}
