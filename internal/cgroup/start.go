@@ -62,8 +62,7 @@ func (g *Group) startV2(cmd *exec.Cmd, start func() error) error {
 // self, written to a v1 tasks file, moves the writing thread. With its own
 // id instead, the kernel takes a lock that every fork and exit on the
 // machine waits for (cgroup_threadgroup_rwsem, held for writing), and with
-// it a start slowed other processes' forks: two envds side by side took 1.4
-// to 3 ms longer per start each.
+// it every start slowed other processes' forks, another envd's included.
 var self = []byte("0")
 
 func (g *Group) startV1(start func() error) error {

@@ -12,8 +12,9 @@ import (
 // Linux clears TCP_QUICKACK on its own after a while, so it has to be set
 // again before each read (so the ACK for what arrives is sent at once) and
 // after it (for the next segment). Without it, the server's small frames
-// meet our delayed ACK and Nagle on its side, costing ~40 ms per round trip
-// when the server-side TCP_NODELAY patch is missing (an external server).
+// meet our delayed ACK and Nagle on its side, costing a delayed-ACK timeout per
+// round trip when the server-side TCP_NODELAY patch is missing (an external
+// server).
 type quickAckConn struct {
 	net.Conn
 	raw syscall.RawConn

@@ -144,8 +144,8 @@ func (m *Manager) start(o StartOptions, follow bool) (_ *Process, _ *Reader, err
 	}
 	// The cwd is checked (checkDir) only when the start fails: the child
 	// changes to it as the user, and a start that works needs no answer
-	// (the check runs on a thread of its own, made for the user: about
-	// 0.1 ms a start).
+	// (the check runs on a thread of its own, made for the user: a cost
+	// every start would pay).
 	if err := m.beginStart(); err != nil {
 		return nil, nil, err
 	}
