@@ -37,7 +37,7 @@ func TestTypedEnds(t *testing.T) {
 	}
 
 	// Its own signal.
-	if e := run(&pb.StartRequest{Process: sh("kill -KILL $$")}); e.GetReason() != pb.ProcessEvent_END_REASON_SIGNALED {
+	if e := run(&pb.StartRequest{Process: processtest.Sh("kill -KILL $$")}); e.GetReason() != pb.ProcessEvent_END_REASON_SIGNALED {
 		t.Errorf("killed itself: %v", e)
 	}
 
@@ -74,7 +74,7 @@ func TestTypedEnds(t *testing.T) {
 	// An older Python SDK: the end as it knows it (internal/legacysdk has
 	// the strict checks of every procedure).
 	py := s.Client(t, processtest.ClientOptions{Codec: processtest.JSON, Header: http.Header{"User-Agent": {"connect-python/0.4"}}})
-	if e := start(t, py, &pb.StartRequest{Process: sh("exit 2")}).End(t, waitShort).End; e.GetReason() != 0 || e.GetUsage() != nil || e.GetExitCode() != 2 {
+	if e := start(t, py, &pb.StartRequest{Process: processtest.Sh("exit 2")}).End(t, waitShort).End; e.GetReason() != 0 || e.GetUsage() != nil || e.GetExitCode() != 2 {
 		t.Errorf("connect-python: %v", e)
 	}
 }

@@ -28,7 +28,7 @@ func groupOf(pgid uint32) []int {
 // startBomb starts bomb and returns its watcher once all 51 processes run.
 func startBomb(t *testing.T, c processconnect.ProcessClient, o processtest.WatchOptions) (*processtest.Watcher, uint32) {
 	t.Helper()
-	w := processtest.Start(t, c, &pb.StartRequest{Process: sh(bomb)}, o)
+	w := processtest.Start(t, c, &pb.StartRequest{Process: processtest.Sh(bomb)}, o)
 	w.Output(t, waitShort, "ready\n")
 	pid := w.Pid(t)
 	processtest.Eventually(t, waitShort, func() bool { return len(groupOf(pid)) >= 51 }, "group of %d: %v", pid, groupOf(pid))
@@ -62,7 +62,7 @@ func TestSignalReachesGroup(t *testing.T) {
 			t.Parallel()
 			c := s.Client(t, processtest.ClientOptions{})
 			w, pid := startBomb(t, c, processtest.WatchOptions{})
-			if _, err := c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: pidSel(pid), Signal: tc.sig})); err != nil {
+			if _, err := c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: processtest.PidSel(pid), Signal: tc.sig})); err != nil {
 				t.Fatal(err)
 			}
 			checkEnd(t, w.End(t, waitShort), tc.want)
@@ -124,7 +124,7 @@ func TestCloseStdinDuringBlockedWrite(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 		defer cancel()
-		_, err := c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pid), Input: big}))
+		_, err := c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: processtest.PidSel(pid), Input: big}))
 		blocked <- err
 	}()
 	// The write is blocked once the pipe the program does not read is full.
@@ -144,13 +144,13 @@ func TestCloseStdinDuringBlockedWrite(t *testing.T) {
 
 	// An input behind the blocked one ends with its deadline.
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	_, err = c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pid), Input: stdinInput("x")}))
+	_, err = c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: processtest.PidSel(pid), Input: processtest.StdinInput("x")}))
 	cancel()
 	if code := connect.CodeOf(err); code != connect.CodeDeadlineExceeded && code != connect.CodeCanceled {
 		t.Errorf("input behind a blocked one: %v, want deadline_exceeded or canceled", err)
 	}
 
-	if _, err := c.CloseStdin(bounded(t), connect.NewRequest(&pb.CloseStdinRequest{Process: pidSel(pid)})); err != nil {
+	if _, err := c.CloseStdin(bounded(t), connect.NewRequest(&pb.CloseStdinRequest{Process: processtest.PidSel(pid)})); err != nil {
 		t.Fatalf("CloseStdin while a write is blocked: %v", err)
 	}
 	select {
@@ -159,7 +159,7 @@ func TestCloseStdinDuringBlockedWrite(t *testing.T) {
 	case <-time.After(waitShort):
 		t.Fatal("the blocked write did not end when stdin was closed")
 	}
-	_, err = c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pid), Input: stdinInput("x")}))
+	_, err = c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: processtest.PidSel(pid), Input: processtest.StdinInput("x")}))
 	wantErr(t, err, connect.CodeFailedPrecondition, "not enabled or already closed")
 	kill(t, c, pid)
 	checkEnd(t, w.End(t, waitShort), killed)
@@ -177,7 +177,7 @@ func TestSignalReachesSession(t *testing.T) {
 	t.Parallel()
 	s := processtest.New(t, processtest.Options{})
 	c := s.Client(t, processtest.ClientOptions{})
-	w := start(t, c, &pb.StartRequest{Process: sh(`set -m; for i in 1 2 3 4 5; do sleep 1000 & done; echo ready; wait`), Pty: ptySize(80, 24)})
+	w := start(t, c, &pb.StartRequest{Process: processtest.Sh(`set -m; for i in 1 2 3 4 5; do sleep 1000 & done; echo ready; wait`), Pty: processtest.PTYSize(80, 24)})
 	pid := w.Pid(t)
 	processtest.Eventually(t, waitShort, func() bool { return len(sessionOf(pid)) >= 6 }, "session of %d: %v", pid, sessionOf(pid))
 	if len(groupOf(pid)) >= 6 {

@@ -21,31 +21,6 @@ const (
 	waitLong  = processtest.WaitLong
 )
 
-// sh is a ProcessConfig running script with /bin/sh -c; args become $0, $1...
-func sh(script string, args ...string) *pb.ProcessConfig {
-	return &pb.ProcessConfig{Cmd: "/bin/sh", Args: append([]string{"-c", script}, args...)}
-}
-
-func pidSel(pid uint32) *pb.ProcessSelector {
-	return &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: pid}}
-}
-
-func tagSel(tag string) *pb.ProcessSelector {
-	return &pb.ProcessSelector{Selector: &pb.ProcessSelector_Tag{Tag: tag}}
-}
-
-func stdinInput(b string) *pb.ProcessInput {
-	return &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: []byte(b)}}
-}
-
-func ptyInput(b string) *pb.ProcessInput {
-	return &pb.ProcessInput{Input: &pb.ProcessInput_Pty{Pty: []byte(b)}}
-}
-
-func ptySize(cols, rows uint32) *pb.PTY {
-	return &pb.PTY{Size: &pb.PTY_Size{Cols: cols, Rows: rows}}
-}
-
 func ptr[T any](v T) *T { return &v }
 
 // start starts cfg and watches its stream.
@@ -157,7 +132,7 @@ func listed(t *testing.T, c processconnect.ProcessClient, pid uint32) *pb.Proces
 // kill sends SIGKILL to pid through the service.
 func kill(t *testing.T, c processconnect.ProcessClient, pid uint32) {
 	t.Helper()
-	if _, err := c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: pidSel(pid), Signal: pb.Signal_SIGNAL_SIGKILL})); err != nil {
+	if _, err := c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: processtest.PidSel(pid), Signal: pb.Signal_SIGNAL_SIGKILL})); err != nil {
 		t.Fatalf("SendSignal KILL %d: %v", pid, err)
 	}
 }

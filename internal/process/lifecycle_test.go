@@ -30,7 +30,7 @@ func TestDefaultUserAndWorkdir(t *testing.T) {
 	c := s.Client(t, processtest.ClientOptions{Codec: processtest.JSON})
 	run := func(cwd *string) (id, pwd string) {
 		t.Helper()
-		cfg := sh("id -u; pwd -P")
+		cfg := processtest.Sh("id -u; pwd -P")
 		cfg.Cwd = cwd
 		st := start(t, c, &pb.StartRequest{Process: cfg}).End(t, waitShort)
 		checkEnd(t, st, exit0)
@@ -53,7 +53,7 @@ func TestDefaultUserAndWorkdir(t *testing.T) {
 	if err := os.Mkdir(private, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cfg := sh("pwd")
+	cfg := processtest.Sh("pwd")
 	cfg.Cwd = &private
 	err := processtest.StartCall(c, &pb.StartRequest{Process: cfg})(bounded(t))
 	wantErr(t, err, connect.CodePermissionDenied, "cwd '"+private+"'", "user 'user' may not enter", "permission denied")
@@ -81,7 +81,7 @@ func TestEnvPrecedence(t *testing.T) {
 		"E2B_SANDBOX": "from-request",
 	})
 	// Request envs are not remembered.
-	st = start(t, c, &pb.StartRequest{Process: sh("echo ${SHARED}")}).End(t, waitShort)
+	st = start(t, c, &pb.StartRequest{Process: processtest.Sh("echo ${SHARED}")}).End(t, waitShort)
 	if st.Stdout != "daemon\n" {
 		t.Errorf("next process sees SHARED=%q, want daemon", st.Stdout)
 	}
@@ -96,13 +96,13 @@ func TestKeepalive(t *testing.T) {
 		t.Run(string(codec), func(t *testing.T) {
 			t.Parallel()
 			c := s.Client(t, processtest.ClientOptions{Codec: codec, Header: http.Header{"Keepalive-Ping-Interval": {"1"}}})
-			w := start(t, c, &pb.StartRequest{Process: sh("echo a; read x; echo b")})
+			w := start(t, c, &pb.StartRequest{Process: processtest.Sh("echo a; read x; echo b")})
 			pid := w.Pid(t)
-			cw := processtest.Connect(t, c, pidSel(pid), processtest.WatchOptions{})
+			cw := processtest.Connect(t, c, processtest.PidSel(pid), processtest.WatchOptions{})
 			for _, x := range []*processtest.Watcher{w, cw} {
 				x.WaitFor(t, waitShort, "2 keepalives", func(s processtest.Snapshot) bool { return s.Keepalives >= 2 })
 			}
-			if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pid), Input: stdinInput("\n")})); err != nil {
+			if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: processtest.PidSel(pid), Input: processtest.StdinInput("\n")})); err != nil {
 				t.Fatal(err)
 			}
 			for _, x := range []*processtest.Watcher{w, cw} {
@@ -117,7 +117,7 @@ func TestKeepalive(t *testing.T) {
 	t.Run("default interval is long", func(t *testing.T) {
 		t.Parallel()
 		c := s.Client(t, processtest.ClientOptions{})
-		st := start(t, c, &pb.StartRequest{Process: sh("sleep 1.2")}).End(t, waitShort)
+		st := start(t, c, &pb.StartRequest{Process: processtest.Sh("sleep 1.2")}).End(t, waitShort)
 		if st.Keepalives != 0 {
 			t.Errorf("%d keepalives in 1.2 s without the header", st.Keepalives)
 		}
@@ -143,13 +143,13 @@ func ticks(from, to int) string {
 func TestReconnectReplay(t *testing.T) {
 	t.Parallel()
 	s := processtest.New(t, processtest.Options{})
-	for _, cc := range clientCases("") {
-		t.Run(cc.name, func(t *testing.T) {
+	for _, cc := range processtest.ClientCases("") {
+		t.Run(cc.Name, func(t *testing.T) {
 			t.Parallel()
-			c := s.Client(t, cc.opts)
+			c := s.Client(t, cc.Opts)
 			const n = 30
 			mark := filepath.Join(t.TempDir(), "mark")
-			w := start(t, c, &pb.StartRequest{Process: sh(fmt.Sprintf(ticker, n), "sh", mark, "15")})
+			w := start(t, c, &pb.StartRequest{Process: processtest.Sh(fmt.Sprintf(ticker, n), "sh", mark, "15")})
 			pid := w.Pid(t)
 			w.Output(t, waitShort, "tick3\n")
 			w.Close() // the client goes away
@@ -161,7 +161,7 @@ func TestReconnectReplay(t *testing.T) {
 			if listed(t, c, pid) == nil {
 				t.Fatalf("process %d gone after its client left", pid)
 			}
-			cw := processtest.Connect(t, c, pidSel(pid), processtest.WatchOptions{})
+			cw := processtest.Connect(t, c, processtest.PidSel(pid), processtest.WatchOptions{})
 			// Replay: ticks 1..15 at once, though printed while detached.
 			cw.Output(t, waitShort, ticks(1, 15))
 			st := cw.End(t, waitShort)
@@ -171,7 +171,7 @@ func TestReconnectReplay(t *testing.T) {
 			}
 			// After the exit, within retention: the same output, then the end.
 			processtest.Eventually(t, waitShort, func() bool { return listed(t, c, pid) == nil }, "ended pid %d still listed", pid)
-			late := processtest.Connect(t, c, pidSel(pid), processtest.WatchOptions{}).End(t, waitShort)
+			late := processtest.Connect(t, c, processtest.PidSel(pid), processtest.WatchOptions{}).End(t, waitShort)
 			checkEnd(t, late, exit0)
 			if late.Pid != pid || late.Stdout != ticks(1, n) {
 				t.Errorf("late Connect: pid %d, stdout %q; want pid %d and every tick", late.Pid, late.Stdout, pid)
@@ -186,17 +186,17 @@ func TestRetention(t *testing.T) {
 	t.Parallel()
 	s := processtest.New(t, processtest.Options{Retention: 2 * time.Second})
 	c := s.Client(t, processtest.ClientOptions{})
-	tag := uniqueTag("retention")
-	w := start(t, c, &pb.StartRequest{Process: sh("echo bye; exit 7"), Tag: &tag})
+	tag := processtest.UniqueTag("retention")
+	w := start(t, c, &pb.StartRequest{Process: processtest.Sh("echo bye; exit 7"), Tag: &tag})
 	pid := w.Pid(t)
 	w.End(t, waitShort)
-	late := processtest.Connect(t, c, tagSel(tag), processtest.WatchOptions{}).End(t, waitShort)
+	late := processtest.Connect(t, c, processtest.TagSel(tag), processtest.WatchOptions{}).End(t, waitShort)
 	checkEnd(t, late, end{7, true, "exit status 7"})
 	if late.Stdout != "bye\n" {
 		t.Errorf("late Connect stdout = %q", late.Stdout)
 	}
 	processtest.Eventually(t, waitShort, func() bool {
-		return processtest.Code(processtest.ConnectCall(c, pidSel(pid))(bounded(t))) == connect.CodeNotFound.String()
+		return processtest.Code(processtest.ConnectCall(c, processtest.PidSel(pid))(bounded(t))) == connect.CodeNotFound.String()
 	}, "pid %d still found after retention", pid)
 }
 
@@ -205,16 +205,16 @@ func TestFanOut(t *testing.T) {
 	t.Parallel()
 	s := processtest.New(t, processtest.Options{})
 	c := s.Client(t, processtest.ClientOptions{})
-	w := start(t, c, &pb.StartRequest{Process: sh("read x; head -c 300000 /dev/urandom | od -An -v -tx1; echo err >&2; exit 2")})
+	w := start(t, c, &pb.StartRequest{Process: processtest.Sh("read x; head -c 300000 /dev/urandom | od -An -v -tx1; echo err >&2; exit 2")})
 	pid := w.Pid(t)
 	var watchers []*processtest.Watcher
 	for range 3 {
-		watchers = append(watchers, processtest.Connect(t, c, pidSel(pid), processtest.WatchOptions{}))
+		watchers = append(watchers, processtest.Connect(t, c, processtest.PidSel(pid), processtest.WatchOptions{}))
 	}
 	for _, x := range watchers {
 		x.Pid(t)
 	}
-	if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pid), Input: stdinInput("go\n")})); err != nil {
+	if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: processtest.PidSel(pid), Input: processtest.StdinInput("go\n")})); err != nil {
 		t.Fatal(err)
 	}
 	want := w.End(t, waitShort)
@@ -241,10 +241,10 @@ func TestEndAfterAllOutput(t *testing.T) {
 			t.Parallel()
 			c := s.Client(t, processtest.ClientOptions{Codec: codec})
 			for _, pty := range []bool{false, true} {
-				req := &pb.StartRequest{Process: sh("head -c 1000000 /dev/zero | tr '\\0' x; echo; echo last >&2; exit 3")}
+				req := &pb.StartRequest{Process: processtest.Sh("head -c 1000000 /dev/zero | tr '\\0' x; echo; echo last >&2; exit 3")}
 				want := 1000000 + len("\nlast\n")
 				if pty {
-					req.Pty = ptySize(80, 24)
+					req.Pty = processtest.PTYSize(80, 24)
 					want = 1000000 + len("\r\nlast\r\n")
 				}
 				st := start(t, c, req).End(t, waitShort)
@@ -265,16 +265,16 @@ func TestEndAfterAllOutput(t *testing.T) {
 func TestStartDeadline(t *testing.T) {
 	t.Parallel()
 	s := processtest.New(t, processtest.Options{})
-	for _, cc := range clientCases("") {
-		t.Run(cc.name, func(t *testing.T) {
+	for _, cc := range processtest.ClientCases("") {
+		t.Run(cc.Name, func(t *testing.T) {
 			t.Parallel()
-			c := s.Client(t, cc.opts)
+			c := s.Client(t, cc.Opts)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			began := time.Now()
-			w := processtest.Start(t, c, &pb.StartRequest{Process: sh("echo up; exec sleep 60")}, processtest.WatchOptions{Context: ctx})
+			w := processtest.Start(t, c, &pb.StartRequest{Process: processtest.Sh("echo up; exec sleep 60")}, processtest.WatchOptions{Context: ctx})
 			pid := w.Pid(t)
-			other := processtest.Connect(t, c, pidSel(pid), processtest.WatchOptions{})
+			other := processtest.Connect(t, c, processtest.PidSel(pid), processtest.WatchOptions{})
 			st := w.Done(t, waitShort)
 			if code := processtest.Code(st.Err); code != connect.CodeDeadlineExceeded.String() {
 				t.Errorf("Start stream ended with %s (%v), want deadline_exceeded", code, st.Err)
@@ -285,7 +285,7 @@ func TestStartDeadline(t *testing.T) {
 				t.Errorf("killed after %v", d)
 			}
 			processtest.Eventually(t, waitShort, func() bool { return listed(t, c, pid) == nil }, "pid %d still listed", pid)
-			fresh := processtest.Connect(t, c, pidSel(pid), processtest.WatchOptions{}).End(t, waitShort)
+			fresh := processtest.Connect(t, c, processtest.PidSel(pid), processtest.WatchOptions{}).End(t, waitShort)
 			checkEnd(t, fresh, killed)
 			if fresh.Stdout != "up\n" {
 				t.Errorf("fresh Connect stdout = %q", fresh.Stdout)
@@ -299,7 +299,7 @@ func TestConnectDeadline(t *testing.T) {
 	t.Parallel()
 	s := processtest.New(t, processtest.Options{})
 	c := s.Client(t, processtest.ClientOptions{Codec: processtest.JSON})
-	w := start(t, c, &pb.StartRequest{Process: sh("echo up; read x; echo after:$x")})
+	w := start(t, c, &pb.StartRequest{Process: processtest.Sh("echo up; read x; echo after:$x")})
 	pid := w.Pid(t)
 	// A deadline that runs out before the stream has begun, or before the
 	// replay of "up" arrives, says nothing about envd: a loaded machine can
@@ -308,7 +308,7 @@ func TestConnectDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
 		last := d >= 16*time.Second
-		cw, err := processtest.TryConnect(t, c, pidSel(pid), processtest.WatchOptions{Context: ctx})
+		cw, err := processtest.TryConnect(t, c, processtest.PidSel(pid), processtest.WatchOptions{Context: ctx})
 		if err != nil && !last && connect.CodeOf(err) == connect.CodeDeadlineExceeded {
 			t.Logf("the stream had not begun after %v; trying a longer deadline", d)
 			continue
@@ -332,7 +332,7 @@ func TestConnectDeadline(t *testing.T) {
 	if listed(t, c, pid) == nil {
 		t.Fatalf("process %d gone after a Connect's deadline", pid)
 	}
-	if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pid), Input: stdinInput("ok\n")})); err != nil {
+	if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: processtest.PidSel(pid), Input: processtest.StdinInput("ok\n")})); err != nil {
 		t.Fatal(err)
 	}
 	if st := w.End(t, waitShort); st.Stdout != "up\nafter:ok\n" {
@@ -361,7 +361,7 @@ func TestBackgroundChildren(t *testing.T) {
 	t.Run("holding the pipe delays the end", func(t *testing.T) {
 		t.Parallel()
 		began := time.Now() // before the sleep starts: it ends 1 s after at the earliest
-		w := start(t, c, &pb.StartRequest{Process: sh("sleep 1 & echo $! started")})
+		w := start(t, c, &pb.StartRequest{Process: processtest.Sh("sleep 1 & echo $! started")})
 		orphan(t, w)
 		st := w.End(t, waitShort)
 		checkEnd(t, st, exit0)
@@ -371,7 +371,7 @@ func TestBackgroundChildren(t *testing.T) {
 	})
 	t.Run("redirected child does not", func(t *testing.T) {
 		t.Parallel()
-		w := start(t, c, &pb.StartRequest{Process: sh("sleep 30 >/dev/null 2>&1 & echo $! started")})
+		w := start(t, c, &pb.StartRequest{Process: processtest.Sh("sleep 30 >/dev/null 2>&1 & echo $! started")})
 		orphan(t, w)
 		began := time.Now()
 		checkEnd(t, w.End(t, waitShort), exit0)
@@ -384,7 +384,7 @@ func TestBackgroundChildren(t *testing.T) {
 	// the zombie does.
 	t.Run("SIGKILL after the exit, with an orphan holding the pipe", func(t *testing.T) {
 		t.Parallel()
-		w := start(t, c, &pb.StartRequest{Process: sh("sleep 60 & echo $! started")})
+		w := start(t, c, &pb.StartRequest{Process: processtest.Sh("sleep 60 & echo $! started")})
 		orphan(t, w)
 		pid := w.Pid(t)
 		// Wait until the shell itself is gone.
@@ -396,7 +396,7 @@ func TestBackgroundChildren(t *testing.T) {
 			t.Fatalf("pid %d not listed while its orphan holds the output", pid)
 		}
 		began := time.Now()
-		if _, err := c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: pidSel(pid), Signal: pb.Signal_SIGNAL_SIGKILL})); err != nil {
+		if _, err := c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: processtest.PidSel(pid), Signal: pb.Signal_SIGNAL_SIGKILL})); err != nil {
 			t.Fatalf("SendSignal to a listed process: %v", err)
 		}
 		checkEnd(t, w.End(t, waitShort), exit0) // it had exited by itself
@@ -407,10 +407,10 @@ func TestBackgroundChildren(t *testing.T) {
 	for _, sig := range []pb.Signal{pb.Signal_SIGNAL_SIGKILL, pb.Signal_SIGNAL_SIGTERM} {
 		t.Run(sig.String()+" with an orphan holding the pipe", func(t *testing.T) {
 			t.Parallel()
-			w := start(t, c, &pb.StartRequest{Process: sh("sleep 60 & echo $!; wait")})
+			w := start(t, c, &pb.StartRequest{Process: processtest.Sh("sleep 60 & echo $!; wait")})
 			orphan(t, w)
 			began := time.Now()
-			if _, err := c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: pidSel(w.Pid(t)), Signal: sig})); err != nil {
+			if _, err := c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: processtest.PidSel(w.Pid(t)), Signal: sig})); err != nil {
 				t.Fatal(err)
 			}
 			want := killed
@@ -432,11 +432,11 @@ func TestSignalRacesExit(t *testing.T) {
 	s := processtest.New(t, processtest.Options{})
 	c := s.Client(t, processtest.ClientOptions{})
 	for i := range 40 {
-		w := start(t, c, &pb.StartRequest{Process: sh("exit 0")})
+		w := start(t, c, &pb.StartRequest{Process: processtest.Sh("exit 0")})
 		pid := w.Pid(t)
 		var errs []error
 		for {
-			_, err := c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: pidSel(pid), Signal: pb.Signal_SIGNAL_SIGKILL}))
+			_, err := c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: processtest.PidSel(pid), Signal: pb.Signal_SIGNAL_SIGKILL}))
 			errs = append(errs, err)
 			if err != nil {
 				break
@@ -456,7 +456,7 @@ func TestSignalRacesExit(t *testing.T) {
 func TestManyProcesses(t *testing.T) {
 	t.Parallel()
 	s := processtest.New(t, processtest.Options{})
-	cases := clientCases("")
+	cases := processtest.ClientCases("")
 	const n = 200
 	type result struct {
 		pid            uint32
@@ -473,13 +473,13 @@ func TestManyProcesses(t *testing.T) {
 	// sent its SETTINGS within 2 s, which a starved machine misses.)
 	clients := make([]processconnect.ProcessClient, len(cases))
 	for i, tc := range cases {
-		clients[i] = s.Client(t, tc.opts)
+		clients[i] = s.Client(t, tc.Opts)
 	}
 	for i := range n {
 		c := clients[i%len(cases)]
 		wg.Go(func() {
 			r := &results[i]
-			st, err := c.Start(ctx, connect.NewRequest(&pb.StartRequest{Process: sh(`echo "out $1"; echo "err $1" >&2; exit $(($1 % 5))`, "sh", strconv.Itoa(i))}))
+			st, err := c.Start(ctx, connect.NewRequest(&pb.StartRequest{Process: processtest.Sh(`echo "out $1"; echo "err $1" >&2; exit $(($1 % 5))`, "sh", strconv.Itoa(i))}))
 			if err != nil {
 				r.err = err
 				return
@@ -532,16 +532,16 @@ func TestStdinNotRead(t *testing.T) {
 	big := make([]byte, 4<<20) // more than any pipe holds
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	_, err := c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pid), Input: &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: big}}}))
+	_, err := c.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: processtest.PidSel(pid), Input: &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: big}}}))
 	if code := connect.CodeOf(err); code != connect.CodeDeadlineExceeded && code != connect.CodeCanceled {
 		t.Fatalf("SendInput to a program not reading stdin: %v, want deadline_exceeded or canceled", err)
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), waitShort)
 	defer ccancel()
-	if _, err := c.CloseStdin(cctx, connect.NewRequest(&pb.CloseStdinRequest{Process: pidSel(pid)})); err != nil {
+	if _, err := c.CloseStdin(cctx, connect.NewRequest(&pb.CloseStdinRequest{Process: processtest.PidSel(pid)})); err != nil {
 		t.Fatalf("CloseStdin after the cut-short input: %v", err)
 	}
-	if _, err := c.SendSignal(cctx, connect.NewRequest(&pb.SendSignalRequest{Process: pidSel(pid), Signal: pb.Signal_SIGNAL_SIGKILL})); err != nil {
+	if _, err := c.SendSignal(cctx, connect.NewRequest(&pb.SendSignalRequest{Process: processtest.PidSel(pid), Signal: pb.Signal_SIGNAL_SIGKILL})); err != nil {
 		t.Fatalf("kill: %v", err)
 	}
 	checkEnd(t, w.End(t, waitShort), killed)

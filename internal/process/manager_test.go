@@ -47,7 +47,7 @@ func TestManagerLookups(t *testing.T) {
 	t.Parallel()
 	m := newManager(t, process.Options{})
 	root := lookup(t, "root")
-	tag := uniqueTag("lookups")
+	tag := processtest.UniqueTag("lookups")
 	start := func(cmd ...string) *process.Process {
 		t.Helper()
 		p, err := m.Start(process.StartOptions{Config: process.Config{Cmd: cmd[0], Args: cmd[1:]}, Tag: &tag, User: root, Dir: "/"})
@@ -143,7 +143,7 @@ func TestManagerOwners(t *testing.T) {
 		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
 			t.Parallel()
 			m := newManager(t, process.Options{StrictUsers: strict})
-			tag := uniqueTag("owners")
+			tag := processtest.UniqueTag("owners")
 			p, err := m.Start(process.StartOptions{Config: process.Config{Cmd: "sleep", Args: []string{"30"}}, Tag: &tag, User: root, Dir: "/"})
 			if err != nil {
 				t.Fatal(err)

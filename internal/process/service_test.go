@@ -2,12 +2,10 @@ package process_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -18,40 +16,6 @@ import (
 	"github.com/envd-dev/envd/internal/identity"
 	"github.com/envd-dev/envd/internal/process/processtest"
 )
-
-// clientCase is one way to talk to the service: HTTP version, codec, user.
-type clientCase struct {
-	name string
-	opts processtest.ClientOptions
-}
-
-// clientCases crosses h2c and HTTP/1.1, the JSON codec the SDK uses and
-// the binary one, and the given users ("" is the default user).
-func clientCases(users ...string) []clientCase {
-	var out []clientCase
-	for _, proto := range []processtest.Proto{processtest.H2C, processtest.HTTP1} {
-		for _, codec := range []processtest.Codec{processtest.JSON, processtest.Binary} {
-			for _, u := range users {
-				name := u
-				if name == "" {
-					name = "default-user"
-				}
-				out = append(out, clientCase{
-					name: fmt.Sprintf("%s/%s/%s", proto, codec, name),
-					opts: processtest.ClientOptions{Proto: proto, Codec: codec, User: u},
-				})
-			}
-		}
-	}
-	return out
-}
-
-var tagSeq atomic.Int64
-
-// uniqueTag is a tag no other test uses.
-func uniqueTag(prefix string) string {
-	return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), tagSeq.Add(1))
-}
 
 // rpcTest is one behavior checked for every client case.
 type rpcTest struct {
@@ -79,11 +43,11 @@ func TestRPCs(t *testing.T) {
 		{"List", testList},
 		{"Connect by pid and tag", testConnect},
 	}
-	for _, cc := range clientCases("root", "user") {
-		t.Run(cc.name, func(t *testing.T) {
+	for _, cc := range processtest.ClientCases("root", "user") {
+		t.Run(cc.Name, func(t *testing.T) {
 			t.Parallel()
-			c := s.Client(t, cc.opts)
-			u := lookup(t, cc.opts.User)
+			c := s.Client(t, cc.Opts)
+			u := lookup(t, cc.Opts.User)
 			for _, tc := range tests {
 				t.Run(tc.name, func(t *testing.T) {
 					t.Parallel()
@@ -107,7 +71,7 @@ func testExitCodes(t *testing.T, c processconnect.ProcessClient, _ *identity.Use
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			w := start(t, c, &pb.StartRequest{Process: sh(tc.script)})
+			w := start(t, c, &pb.StartRequest{Process: processtest.Sh(tc.script)})
 			s := w.End(t, waitShort)
 			checkEnd(t, s, tc.want)
 			if s.Stdout != tc.stdout || s.Stderr != tc.stderr || s.PTY != "" {
@@ -131,16 +95,16 @@ func testSendSignal(t *testing.T, c processconnect.ProcessClient, _ *identity.Us
 	} {
 		t.Run(tc.signal.String(), func(t *testing.T) {
 			t.Parallel()
-			w := start(t, c, &pb.StartRequest{Process: sh("echo ready; exec sleep 30")})
+			w := start(t, c, &pb.StartRequest{Process: processtest.Sh("echo ready; exec sleep 30")})
 			pid := w.Pid(t)
 			w.Output(t, waitShort, "ready")
-			if _, err := c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: pidSel(pid), Signal: tc.signal})); err != nil {
+			if _, err := c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: processtest.PidSel(pid), Signal: tc.signal})); err != nil {
 				t.Fatalf("SendSignal: %v", err)
 			}
 			checkEnd(t, w.End(t, waitShort), tc.want)
 			// Once it ended, the pid is gone for signals.
 			processtest.Eventually(t, waitShort, func() bool { return listed(t, c, pid) == nil }, "pid %d still listed", pid)
-			_, err := c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: pidSel(pid), Signal: tc.signal}))
+			_, err := c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: processtest.PidSel(pid), Signal: tc.signal}))
 			wantErr(t, err, connect.CodeNotFound, strconv.Itoa(int(pid)), "exited")
 		})
 	}
@@ -151,12 +115,12 @@ func testStdin(t *testing.T, c processconnect.ProcessClient, _ *identity.User) {
 	w := start(t, c, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "cat"}})
 	pid := w.Pid(t)
 	for _, in := range []string{"abc\n", "", "def"} { // empty input is allowed
-		if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pid), Input: stdinInput(in)})); err != nil {
+		if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: processtest.PidSel(pid), Input: processtest.StdinInput(in)})); err != nil {
 			t.Fatalf("SendInput %q: %v", in, err)
 		}
 	}
 	w.Output(t, waitShort, "abc\ndef")
-	if _, err := c.CloseStdin(bounded(t), connect.NewRequest(&pb.CloseStdinRequest{Process: pidSel(pid)})); err != nil {
+	if _, err := c.CloseStdin(bounded(t), connect.NewRequest(&pb.CloseStdinRequest{Process: processtest.PidSel(pid)})); err != nil {
 		t.Fatalf("CloseStdin: %v", err)
 	}
 	s := w.End(t, waitShort)
@@ -169,7 +133,7 @@ func testStdin(t *testing.T, c processconnect.ProcessClient, _ *identity.User) {
 func testStdinFlag(t *testing.T, c processconnect.ProcessClient, _ *identity.User) {
 	t.Run("false is /dev/null", func(t *testing.T) {
 		t.Parallel()
-		w := start(t, c, &pb.StartRequest{Process: sh("cat; echo eof"), Stdin: ptr(false)})
+		w := start(t, c, &pb.StartRequest{Process: processtest.Sh("cat; echo eof"), Stdin: ptr(false)})
 		s := w.End(t, waitShort)
 		checkEnd(t, s, exit0)
 		if s.Stdout != "eof\n" {
@@ -179,10 +143,10 @@ func testStdinFlag(t *testing.T, c processconnect.ProcessClient, _ *identity.Use
 	for _, stdin := range []bool{false, true} {
 		t.Run(fmt.Sprintf("CloseStdin is idempotent, stdin %v", stdin), func(t *testing.T) {
 			t.Parallel()
-			w := start(t, c, &pb.StartRequest{Process: sh("exec sleep 30"), Stdin: ptr(stdin)})
+			w := start(t, c, &pb.StartRequest{Process: processtest.Sh("exec sleep 30"), Stdin: ptr(stdin)})
 			pid := w.Pid(t)
 			for i := range 2 {
-				if _, err := c.CloseStdin(bounded(t), connect.NewRequest(&pb.CloseStdinRequest{Process: pidSel(pid)})); err != nil {
+				if _, err := c.CloseStdin(bounded(t), connect.NewRequest(&pb.CloseStdinRequest{Process: processtest.PidSel(pid)})); err != nil {
 					t.Fatalf("CloseStdin #%d: %v", i+1, err)
 				}
 			}
@@ -195,9 +159,9 @@ func testStdinFlag(t *testing.T, c processconnect.ProcessClient, _ *identity.Use
 func testStreamInputStdin(t *testing.T, c processconnect.ProcessClient, _ *identity.User) {
 	w := start(t, c, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "cat"}, Stdin: ptr(true)})
 	pid := w.Pid(t)
-	streamInput(t, c, pid, stdinInput("x\n"), nil, stdinInput("y"))
+	streamInput(t, c, pid, processtest.StdinInput("x\n"), nil, processtest.StdinInput("y"))
 	w.Output(t, waitShort, "x\ny")
-	if _, err := c.CloseStdin(bounded(t), connect.NewRequest(&pb.CloseStdinRequest{Process: pidSel(pid)})); err != nil {
+	if _, err := c.CloseStdin(bounded(t), connect.NewRequest(&pb.CloseStdinRequest{Process: processtest.PidSel(pid)})); err != nil {
 		t.Fatalf("CloseStdin: %v", err)
 	}
 	s := w.End(t, waitShort)
@@ -212,7 +176,7 @@ func testStreamInputStdin(t *testing.T, c processconnect.ProcessClient, _ *ident
 func streamInput(t *testing.T, c processconnect.ProcessClient, pid uint32, inputs ...*pb.ProcessInput) {
 	t.Helper()
 	st := c.StreamInput(bounded(t))
-	msgs := []*pb.StreamInputRequest{{Event: &pb.StreamInputRequest_Start{Start: &pb.StreamInputRequest_StartEvent{Process: pidSel(pid)}}}}
+	msgs := []*pb.StreamInputRequest{{Event: &pb.StreamInputRequest_Start{Start: &pb.StreamInputRequest_StartEvent{Process: processtest.PidSel(pid)}}}}
 	for _, in := range inputs {
 		if in == nil {
 			msgs = append(msgs, &pb.StreamInputRequest{Event: &pb.StreamInputRequest_Keepalive{Keepalive: &pb.StreamInputRequest_KeepAlive{}}})
@@ -234,19 +198,19 @@ func streamInput(t *testing.T, c processconnect.ProcessClient, pid uint32, input
 
 func testPTYResize(t *testing.T, c processconnect.ProcessClient, _ *identity.User) {
 	w := start(t, c, &pb.StartRequest{
-		Process: sh("stty size; tty; read line; echo got:$line; stty size"),
-		Pty:     ptySize(80, 24),
+		Process: processtest.Sh("stty size; tty; read line; echo got:$line; stty size"),
+		Pty:     processtest.PTYSize(80, 24),
 	})
 	pid := w.Pid(t)
 	w.Output(t, waitShort, "24 80")
 	// No pty in the request: a no-op, as upstream.
-	if _, err := c.Update(bounded(t), connect.NewRequest(&pb.UpdateRequest{Process: pidSel(pid)})); err != nil {
+	if _, err := c.Update(bounded(t), connect.NewRequest(&pb.UpdateRequest{Process: processtest.PidSel(pid)})); err != nil {
 		t.Fatalf("Update without pty: %v", err)
 	}
-	if _, err := c.Update(bounded(t), connect.NewRequest(&pb.UpdateRequest{Process: pidSel(pid), Pty: ptySize(100, 30)})); err != nil {
+	if _, err := c.Update(bounded(t), connect.NewRequest(&pb.UpdateRequest{Process: processtest.PidSel(pid), Pty: processtest.PTYSize(100, 30)})); err != nil {
 		t.Fatalf("Update: %v", err)
 	}
-	if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pid), Input: ptyInput("hello\n")})); err != nil {
+	if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: processtest.PidSel(pid), Input: processtest.PTYInput("hello\n")})); err != nil {
 		t.Fatalf("SendInput pty: %v", err)
 	}
 	s := w.End(t, waitShort)
@@ -262,10 +226,10 @@ func testPTYResize(t *testing.T, c processconnect.ProcessClient, _ *identity.Use
 }
 
 func testStreamInputPTY(t *testing.T, c processconnect.ProcessClient, _ *identity.User) {
-	w := start(t, c, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "cat"}, Pty: ptySize(80, 24)})
+	w := start(t, c, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "cat"}, Pty: processtest.PTYSize(80, 24)})
 	pid := w.Pid(t)
 	// Ctrl+D on an empty line is EOF for cat.
-	streamInput(t, c, pid, ptyInput("abc\n"), nil, ptyInput("\x04"))
+	streamInput(t, c, pid, processtest.PTYInput("abc\n"), nil, processtest.PTYInput("\x04"))
 	s := w.End(t, waitShort)
 	checkEnd(t, s, exit0)
 	if !strings.Contains(s.PTY, "abc\r\nabc\r\n") { // the echo, then cat's copy
@@ -343,7 +307,7 @@ func testCwd(t *testing.T, c processconnect.ProcessClient, u *identity.User) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := sh("pwd -P")
+			cfg := processtest.Sh("pwd -P")
 			cfg.Cwd = tc.cwd
 			s := start(t, c, &pb.StartRequest{Process: cfg}).End(t, waitShort)
 			checkEnd(t, s, exit0)
@@ -356,7 +320,7 @@ func testCwd(t *testing.T, c processconnect.ProcessClient, u *identity.User) {
 
 // testIdentity: the process has the user's uid, gid and groups.
 func testIdentity(t *testing.T, c processconnect.ProcessClient, u *identity.User) {
-	s := start(t, c, &pb.StartRequest{Process: sh("id -u; id -g; id -G")}).End(t, waitShort)
+	s := start(t, c, &pb.StartRequest{Process: processtest.Sh("id -u; id -g; id -G")}).End(t, waitShort)
 	checkEnd(t, s, exit0)
 	lines := strings.Split(strings.TrimSpace(s.Stdout), "\n")
 	if len(lines) != 3 {
@@ -383,14 +347,14 @@ func testIdentity(t *testing.T, c processconnect.ProcessClient, u *identity.User
 // testList: List shows the config exactly as sent (the cwd unresolved, only
 // the request's envs) and the tag, and forgets a process once it ended.
 func testList(t *testing.T, c processconnect.ProcessClient, _ *identity.User) {
-	tag := uniqueTag("list")
+	tag := processtest.UniqueTag("list")
 	tagged := &pb.ProcessConfig{
 		Cmd:  "/bin/sh",
 		Args: []string{"-c", "exec sleep 30", "arg0"},
 		Envs: map[string]string{"A": "1", "B": "two words"},
 		Cwd:  ptr("~"),
 	}
-	untagged := sh("exec sleep 30")
+	untagged := processtest.Sh("exec sleep 30")
 	w1 := start(t, c, &pb.StartRequest{Process: tagged, Tag: &tag, Stdin: ptr(false)})
 	w2 := start(t, c, &pb.StartRequest{Process: untagged})
 	pid1, pid2 := w1.Pid(t), w2.Pid(t)
@@ -415,19 +379,19 @@ func testList(t *testing.T, c processconnect.ProcessClient, _ *identity.User) {
 // testConnect: Connect by pid and by tag replays what was printed, then
 // follows live output to the end, as the Start stream does.
 func testConnect(t *testing.T, c processconnect.ProcessClient, _ *identity.User) {
-	tag := uniqueTag("connect")
-	w := start(t, c, &pb.StartRequest{Process: sh("echo one; read x; echo two:$x; exit 4"), Tag: &tag})
+	tag := processtest.UniqueTag("connect")
+	w := start(t, c, &pb.StartRequest{Process: processtest.Sh("echo one; read x; echo two:$x; exit 4"), Tag: &tag})
 	pid := w.Pid(t)
 	w.Output(t, waitShort, "one\n")
-	byPid := processtest.Connect(t, c, pidSel(pid), processtest.WatchOptions{})
-	byTag := processtest.Connect(t, c, tagSel(tag), processtest.WatchOptions{})
+	byPid := processtest.Connect(t, c, processtest.PidSel(pid), processtest.WatchOptions{})
+	byTag := processtest.Connect(t, c, processtest.TagSel(tag), processtest.WatchOptions{})
 	for _, cw := range []*processtest.Watcher{byPid, byTag} {
 		if got := cw.Pid(t); got != pid {
 			t.Errorf("Connect start event pid = %d, want %d", got, pid)
 		}
 		cw.Output(t, waitShort, "one\n")
 	}
-	if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: tagSel(tag), Input: stdinInput("hi\n")})); err != nil {
+	if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: processtest.TagSel(tag), Input: processtest.StdinInput("hi\n")})); err != nil {
 		t.Fatalf("SendInput by tag: %v", err)
 	}
 	for name, cw := range map[string]*processtest.Watcher{"start": w, "pid": byPid, "tag": byTag} {

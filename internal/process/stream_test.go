@@ -211,7 +211,7 @@ func TestDataLoss(t *testing.T) {
 	// that everyone attaches before it prints.
 	c1 := s.Client(t, processtest.ClientOptions{Proto: processtest.H2C})
 	c2 := s.Client(t, processtest.ClientOptions{Proto: processtest.HTTP1})
-	st1, err := c1.Start(ctx, connect.NewRequest(&pb.StartRequest{Process: sh(fmt.Sprintf("read x; head -c %d /dev/zero", total))}))
+	st1, err := c1.Start(ctx, connect.NewRequest(&pb.StartRequest{Process: processtest.Sh(fmt.Sprintf("read x; head -c %d /dev/zero", total))}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestDataLoss(t *testing.T) {
 		t.Fatalf("no start event: %v", st1.Err())
 	}
 	pid := st1.Msg().GetEvent().GetStart().GetPid()
-	st2, err := c2.Connect(ctx, connect.NewRequest(&pb.ConnectRequest{Process: pidSel(pid)}))
+	st2, err := c2.Connect(ctx, connect.NewRequest(&pb.ConnectRequest{Process: processtest.PidSel(pid)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,9 +232,9 @@ func TestDataLoss(t *testing.T) {
 		{st1.Receive, func() *pb.ProcessEvent { return st1.Msg().GetEvent() }, st1.Err},
 		{st2.Receive, func() *pb.ProcessEvent { return st2.Msg().GetEvent() }, st2.Err},
 	}
-	fast := processtest.Connect(t, fastClient, pidSel(pid), processtest.WatchOptions{Count: true})
+	fast := processtest.Connect(t, fastClient, processtest.PidSel(pid), processtest.WatchOptions{Count: true})
 	fast.Pid(t)
-	if _, err := fastClient.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pid), Input: stdinInput("go\n")})); err != nil {
+	if _, err := fastClient.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: processtest.PidSel(pid), Input: processtest.StdinInput("go\n")})); err != nil {
 		t.Fatal(err)
 	}
 	st := fast.End(t, waitLong)
@@ -261,7 +261,7 @@ func TestDataLoss(t *testing.T) {
 		}
 	}
 	// Still serving.
-	if s := start(t, fastClient, &pb.StartRequest{Process: sh("echo alive")}).End(t, waitShort); s.Stdout != "alive\n" {
+	if s := start(t, fastClient, &pb.StartRequest{Process: processtest.Sh("echo alive")}).End(t, waitShort); s.Stdout != "alive\n" {
 		t.Fatalf("after data loss: stdout = %q", s.Stdout)
 	}
 }

@@ -54,7 +54,7 @@ func rootTree(t *testing.T) (base string) {
 // when the process ran.
 func startErr(t *testing.T, c processconnect.ProcessClient, cwd string) *connect.Error {
 	t.Helper()
-	cfg := sh("true")
+	cfg := processtest.Sh("true")
 	cfg.Cwd = &cwd
 	err := processtest.StartCall(c, &pb.StartRequest{Process: cfg})(bounded(t))
 	if errors.Is(err, processtest.ErrAccepted) {
@@ -155,8 +155,8 @@ func startOwned(t *testing.T, s *processtest.Server, names ...string) map[string
 	t.Helper()
 	out := map[string]*owned{}
 	for _, name := range names {
-		o := &owned{name: name, c: s.Client(t, processtest.ClientOptions{User: name}), tag: uniqueTag("owned-" + name)}
-		o.w = start(t, o.c, &pb.StartRequest{Process: sh("id -u; exec cat"), Tag: &o.tag})
+		o := &owned{name: name, c: s.Client(t, processtest.ClientOptions{User: name}), tag: processtest.UniqueTag("owned-" + name)}
+		o.w = start(t, o.c, &pb.StartRequest{Process: processtest.Sh("id -u; exec cat"), Tag: &o.tag})
 		o.pid = o.w.Pid(t)
 		out[name] = o
 	}
@@ -190,12 +190,12 @@ func listedPids(t *testing.T, c processconnect.ProcessClient) []uint32 {
 func selectorCalls(c processconnect.ProcessClient, sel *pb.ProcessSelector) map[string]processtest.Call {
 	return map[string]processtest.Call{
 		"Connect":            processtest.ConnectCall(c, sel),
-		"SendInput":          processtest.SendInputCall(c, sel, stdinInput("leak\n")),
-		"StreamInput":        processtest.StreamInputCall(c, sel, stdinInput("leak\n")),
+		"SendInput":          processtest.SendInputCall(c, sel, processtest.StdinInput("leak\n")),
+		"StreamInput":        processtest.StreamInputCall(c, sel, processtest.StdinInput("leak\n")),
 		"CloseStdin":         processtest.CloseStdinCall(c, sel),
 		"SendSignal SIGKILL": processtest.SendSignalCall(c, sel, pb.Signal_SIGNAL_SIGKILL),
 		"SendSignal SIGTERM": processtest.SendSignalCall(c, sel, pb.Signal_SIGNAL_SIGTERM),
-		"Update":             processtest.UpdateCall(c, sel, ptySize(100, 30)),
+		"Update":             processtest.UpdateCall(c, sel, processtest.PTYSize(100, 30)),
 	}
 }
 
@@ -224,8 +224,8 @@ func TestStrictUsersOwnProcesses(t *testing.T) {
 		}
 	}
 	// A process of root's that ended, still retained.
-	endedTag := uniqueTag("ended-root")
-	ended := start(t, ps["root"].c, &pb.StartRequest{Process: sh("exit 0"), Tag: &endedTag})
+	endedTag := processtest.UniqueTag("ended-root")
+	ended := start(t, ps["root"].c, &pb.StartRequest{Process: processtest.Sh("exit 0"), Tag: &endedTag})
 	endedPid := ended.Pid(t)
 	ended.End(t, waitShort)
 
@@ -241,15 +241,15 @@ func TestStrictUsersOwnProcesses(t *testing.T) {
 	}
 
 	const bogusPid = 999_999_999
-	bogusTag := uniqueTag("bogus")
+	bogusTag := processtest.UniqueTag("bogus")
 	for _, name := range []string{"user", guest.Name} {
 		c := ps[name].c
 		// What a process that does not exist answers, by pid and by tag.
 		nothing := map[string]string{}
-		for call, fn := range selectorCalls(c, pidSel(bogusPid)) {
+		for call, fn := range selectorCalls(c, processtest.PidSel(bogusPid)) {
 			nothing["pid "+call] = wireErr(fn(bounded(t)))
 		}
-		for call, fn := range selectorCalls(c, tagSel(bogusTag)) {
+		for call, fn := range selectorCalls(c, processtest.TagSel(bogusTag)) {
 			nothing["tag "+call] = wireErr(fn(bounded(t)))
 		}
 		type target struct {
@@ -265,13 +265,13 @@ func TestStrictUsersOwnProcesses(t *testing.T) {
 		others = append(others, target{endedPid, endedTag})
 		for _, o := range others {
 			t.Run(fmt.Sprintf("%s on pid %d", name, o.pid), func(t *testing.T) {
-				for call, fn := range selectorCalls(c, pidSel(o.pid)) {
+				for call, fn := range selectorCalls(c, processtest.PidSel(o.pid)) {
 					want := strings.ReplaceAll(nothing["pid "+call], strconv.Itoa(bogusPid), strconv.Itoa(int(o.pid)))
 					if got := wireErr(fn(bounded(t))); got != want || !strings.HasPrefix(got, "not_found: ") {
 						t.Errorf("%s by pid: %s\n  want as a missing pid: %s", call, got, want)
 					}
 				}
-				for call, fn := range selectorCalls(c, tagSel(o.tag)) {
+				for call, fn := range selectorCalls(c, processtest.TagSel(o.tag)) {
 					want := strings.ReplaceAll(nothing["tag "+call], bogusTag, o.tag)
 					if got := wireErr(fn(bounded(t))); got != want || !strings.HasPrefix(got, "not_found: ") {
 						t.Errorf("%s by tag: %s\n  want as a missing tag: %s", call, got, want)
@@ -289,15 +289,15 @@ func TestStrictUsersOwnProcesses(t *testing.T) {
 	// Each user acts on its own: input, by tag too, and closing stdin.
 	for _, name := range []string{"user", guest.Name} {
 		o := ps[name]
-		if _, err := o.c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: tagSel(o.tag), Input: stdinInput("mine\n")})); err != nil {
+		if _, err := o.c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: processtest.TagSel(o.tag), Input: processtest.StdinInput("mine\n")})); err != nil {
 			t.Fatalf("%s SendInput to its own by tag: %v", name, err)
 		}
-		byTag := processtest.Connect(t, o.c, tagSel(o.tag), processtest.WatchOptions{})
+		byTag := processtest.Connect(t, o.c, processtest.TagSel(o.tag), processtest.WatchOptions{})
 		if got := byTag.Pid(t); got != o.pid {
 			t.Errorf("%s Connect to its own tag: pid %d, want %d", name, got, o.pid)
 		}
 		byTag.Output(t, waitShort, "mine\n")
-		if _, err := o.c.CloseStdin(bounded(t), connect.NewRequest(&pb.CloseStdinRequest{Process: pidSel(o.pid)})); err != nil {
+		if _, err := o.c.CloseStdin(bounded(t), connect.NewRequest(&pb.CloseStdinRequest{Process: processtest.PidSel(o.pid)})); err != nil {
 			t.Fatalf("%s CloseStdin of its own: %v", name, err)
 		}
 		st := o.w.End(t, waitShort)
@@ -308,11 +308,11 @@ func TestStrictUsersOwnProcesses(t *testing.T) {
 	}
 	// Root acts on all: it writes to root's own and kills it by tag.
 	r := ps["root"]
-	if _, err := r.c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: pidSel(r.pid), Input: stdinInput("root\n")})); err != nil {
+	if _, err := r.c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: processtest.PidSel(r.pid), Input: processtest.StdinInput("root\n")})); err != nil {
 		t.Fatalf("root SendInput: %v", err)
 	}
 	r.w.Output(t, waitShort, "root\n")
-	if _, err := r.c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: tagSel(r.tag), Signal: pb.Signal_SIGNAL_SIGKILL})); err != nil {
+	if _, err := r.c.SendSignal(bounded(t), connect.NewRequest(&pb.SendSignalRequest{Process: processtest.TagSel(r.tag), Signal: pb.Signal_SIGNAL_SIGKILL})); err != nil {
 		t.Fatalf("root SendSignal by tag: %v", err)
 	}
 	checkEnd(t, r.w.End(t, waitShort), killed)
@@ -325,14 +325,14 @@ func TestStrictUsersRootActsOnOthers(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
 	s := processtest.New(t, processtest.Options{StrictUsers: true, Accounts: []*identity.User{guest}})
-	shared := uniqueTag("shared")
+	shared := processtest.UniqueTag("shared")
 	clients := map[string]processconnect.ProcessClient{}
 	watchers := map[string]*processtest.Watcher{}
 	pids := map[string]uint32{}
 	// Root's last: it is the newest with the tag.
 	for _, name := range []string{"user", guest.Name, "root"} {
 		clients[name] = s.Client(t, processtest.ClientOptions{User: name})
-		watchers[name] = start(t, clients[name], &pb.StartRequest{Process: sh("exec cat"), Tag: &shared})
+		watchers[name] = start(t, clients[name], &pb.StartRequest{Process: processtest.Sh("exec cat"), Tag: &shared})
 		pids[name] = watchers[name].Pid(t)
 	}
 	newest := slices.Max([]uint32{pids["user"], pids[guest.Name], pids["root"]})
@@ -341,7 +341,7 @@ func TestStrictUsersRootActsOnOthers(t *testing.T) {
 		if name == "root" {
 			want = newest // pids may wrap: root's is not always the highest
 		}
-		w := processtest.Connect(t, c, tagSel(shared), processtest.WatchOptions{})
+		w := processtest.Connect(t, c, processtest.TagSel(shared), processtest.WatchOptions{})
 		if got := w.Pid(t); got != want {
 			t.Errorf("%s Connect by the shared tag: pid %d, want %d", name, got, want)
 		}
@@ -349,7 +349,7 @@ func TestStrictUsersRootActsOnOthers(t *testing.T) {
 	}
 	root := clients["root"]
 	for _, name := range []string{"user", guest.Name} {
-		if _, err := root.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pids[name]), Input: stdinInput("from root\n")})); err != nil {
+		if _, err := root.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: processtest.PidSel(pids[name]), Input: processtest.StdinInput("from root\n")})); err != nil {
 			t.Fatalf("root SendInput to %s's: %v", name, err)
 		}
 		watchers[name].Output(t, waitShort, "from root\n")
@@ -378,17 +378,17 @@ func TestDefaultModeSharesProcesses(t *testing.T) {
 	r := ps["root"]
 	for _, name := range []string{"user", guest.Name} {
 		c := ps[name].c
-		w := processtest.Connect(t, c, tagSel(r.tag), processtest.WatchOptions{})
+		w := processtest.Connect(t, c, processtest.TagSel(r.tag), processtest.WatchOptions{})
 		if got := w.Pid(t); got != r.pid {
 			t.Errorf("%s Connect by root's tag: pid %d, want %d", name, got, r.pid)
 		}
-		if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: pidSel(r.pid), Input: stdinInput(name + "\n")})); err != nil {
+		if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: processtest.PidSel(r.pid), Input: processtest.StdinInput(name + "\n")})); err != nil {
 			t.Fatalf("%s SendInput to root's: %v", name, err)
 		}
 		w.Output(t, waitShort, name+"\n")
 		w.Close()
 	}
-	if _, err := ps["user"].c.CloseStdin(bounded(t), connect.NewRequest(&pb.CloseStdinRequest{Process: pidSel(r.pid)})); err != nil {
+	if _, err := ps["user"].c.CloseStdin(bounded(t), connect.NewRequest(&pb.CloseStdinRequest{Process: processtest.PidSel(r.pid)})); err != nil {
 		t.Fatalf("user CloseStdin of root's: %v", err)
 	}
 	checkEnd(t, r.w.End(t, waitShort), exit0)

@@ -22,10 +22,10 @@ import (
 func TestBadInputs(t *testing.T) {
 	t.Parallel()
 	s := processtest.New(t, processtest.Options{})
-	for _, cc := range clientCases("") {
-		t.Run(cc.name, func(t *testing.T) {
+	for _, cc := range processtest.ClientCases("") {
+		t.Run(cc.Name, func(t *testing.T) {
 			t.Parallel()
-			testBadInputs(t, s, cc.opts)
+			testBadInputs(t, s, cc.Opts)
 		})
 	}
 }
@@ -38,22 +38,22 @@ func testBadInputs(t *testing.T, s *processtest.Server, opts processtest.ClientO
 
 	// The processes the cases act on: running ones of each kind, and one
 	// that ended.
-	noStdin := start(t, c, &pb.StartRequest{Process: sh("exec sleep 30"), Stdin: ptr(false)})
-	withStdin := start(t, c, &pb.StartRequest{Process: sh("exec sleep 30"), Stdin: ptr(true)})
-	onPTY := start(t, c, &pb.StartRequest{Process: sh("exec sleep 30"), Pty: ptySize(80, 24)})
-	doneTag := uniqueTag("done")
-	finished := start(t, c, &pb.StartRequest{Process: sh("exit 0"), Tag: &doneTag})
+	noStdin := start(t, c, &pb.StartRequest{Process: processtest.Sh("exec sleep 30"), Stdin: ptr(false)})
+	withStdin := start(t, c, &pb.StartRequest{Process: processtest.Sh("exec sleep 30"), Stdin: ptr(true)})
+	onPTY := start(t, c, &pb.StartRequest{Process: processtest.Sh("exec sleep 30"), Pty: processtest.PTYSize(80, 24)})
+	doneTag := processtest.UniqueTag("done")
+	finished := start(t, c, &pb.StartRequest{Process: processtest.Sh("exit 0"), Tag: &doneTag})
 	noStdinPid, withStdinPid, ptyPid, donePid := noStdin.Pid(t), withStdin.Pid(t), onPTY.Pid(t), finished.Pid(t)
 	finished.End(t, waitShort)
 	processtest.Eventually(t, waitShort, func() bool { return listed(t, c, donePid) == nil }, "ended pid %d still listed", donePid)
 
 	const unknownPid = 999_999_999
-	unknownTag := uniqueTag("unknown")
+	unknownTag := processtest.UniqueTag("unknown")
 	file := filepath.Join(t.TempDir(), "a-file")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	withCwd := func(cwd string) *pb.ProcessConfig { cfg := sh("true"); cfg.Cwd = &cwd; return cfg }
+	withCwd := func(cwd string) *pb.ProcessConfig { cfg := processtest.Sh("true"); cfg.Cwd = &cwd; return cfg }
 	// withEnv would leave a mark if it ran: a bad request starts nothing.
 	mark := filepath.Join(t.TempDir(), "started")
 	t.Cleanup(func() {
@@ -62,7 +62,7 @@ func testBadInputs(t *testing.T, s *processtest.Server, opts processtest.ClientO
 		}
 	})
 	withEnv := func(k, v string) *pb.ProcessConfig {
-		cfg := sh(`touch "$0"`, mark)
+		cfg := processtest.Sh(`touch "$0"`, mark)
 		cfg.Envs = map[string]string{k: v}
 		return cfg
 	}
@@ -74,22 +74,22 @@ func testBadInputs(t *testing.T, s *processtest.Server, opts processtest.ClientO
 		subs []string
 	}{
 		// Selectors.
-		{"Connect unknown pid", processtest.ConnectCall(c, pidSel(unknownPid)), connect.CodeNotFound, []string{"process with pid 999999999 not found"}},
-		{"Connect unknown tag", processtest.ConnectCall(c, tagSel(unknownTag)), connect.CodeNotFound, []string{"process with tag '" + unknownTag + "' not found"}},
+		{"Connect unknown pid", processtest.ConnectCall(c, processtest.PidSel(unknownPid)), connect.CodeNotFound, []string{"process with pid 999999999 not found"}},
+		{"Connect unknown tag", processtest.ConnectCall(c, processtest.TagSel(unknownTag)), connect.CodeNotFound, []string{"process with tag '" + unknownTag + "' not found"}},
 		{"Connect no selector", processtest.ConnectCall(c, &pb.ProcessSelector{}), connect.CodeInvalidArgument, []string{"selector is missing"}},
 		{"Connect nil process", processtest.ConnectCall(c, nil), connect.CodeInvalidArgument, []string{"selector is missing"}},
-		{"SendInput unknown pid", processtest.SendInputCall(c, pidSel(unknownPid), stdinInput("x")), connect.CodeNotFound, []string{"999999999", "not found"}},
-		{"SendInput unknown tag", processtest.SendInputCall(c, tagSel(unknownTag), stdinInput("x")), connect.CodeNotFound, []string{unknownTag, "not found"}},
-		{"SendInput no selector", processtest.SendInputCall(c, nil, stdinInput("x")), connect.CodeInvalidArgument, []string{"selector is missing"}},
-		{"SendSignal unknown pid", processtest.SendSignalCall(c, pidSel(unknownPid), pb.Signal_SIGNAL_SIGKILL), connect.CodeNotFound, []string{"999999999", "not found"}},
+		{"SendInput unknown pid", processtest.SendInputCall(c, processtest.PidSel(unknownPid), processtest.StdinInput("x")), connect.CodeNotFound, []string{"999999999", "not found"}},
+		{"SendInput unknown tag", processtest.SendInputCall(c, processtest.TagSel(unknownTag), processtest.StdinInput("x")), connect.CodeNotFound, []string{unknownTag, "not found"}},
+		{"SendInput no selector", processtest.SendInputCall(c, nil, processtest.StdinInput("x")), connect.CodeInvalidArgument, []string{"selector is missing"}},
+		{"SendSignal unknown pid", processtest.SendSignalCall(c, processtest.PidSel(unknownPid), pb.Signal_SIGNAL_SIGKILL), connect.CodeNotFound, []string{"999999999", "not found"}},
 		{"SendSignal no selector", processtest.SendSignalCall(c, nil, pb.Signal_SIGNAL_SIGKILL), connect.CodeInvalidArgument, []string{"selector is missing"}},
-		{"CloseStdin unknown pid", processtest.CloseStdinCall(c, pidSel(unknownPid)), connect.CodeNotFound, []string{"999999999", "not found"}},
-		{"Update unknown pid", processtest.UpdateCall(c, pidSel(unknownPid), ptySize(80, 24)), connect.CodeNotFound, []string{"999999999", "not found"}},
-		{"StreamInput unknown pid", processtest.StreamInputCall(c, pidSel(unknownPid), stdinInput("x")), connect.CodeNotFound, []string{"999999999", "not found"}},
-		{"StreamInput data before start", processtest.StreamInputCall(c, nil, stdinInput("x")), connect.CodeInvalidArgument, []string{"first message must be start"}},
+		{"CloseStdin unknown pid", processtest.CloseStdinCall(c, processtest.PidSel(unknownPid)), connect.CodeNotFound, []string{"999999999", "not found"}},
+		{"Update unknown pid", processtest.UpdateCall(c, processtest.PidSel(unknownPid), processtest.PTYSize(80, 24)), connect.CodeNotFound, []string{"999999999", "not found"}},
+		{"StreamInput unknown pid", processtest.StreamInputCall(c, processtest.PidSel(unknownPid), processtest.StdinInput("x")), connect.CodeNotFound, []string{"999999999", "not found"}},
+		{"StreamInput data before start", processtest.StreamInputCall(c, nil, processtest.StdinInput("x")), connect.CodeInvalidArgument, []string{"first message must be start"}},
 
 		// Who runs it.
-		{"unknown user, Start", processtest.StartCall(stranger, &pb.StartRequest{Process: sh("true")}), connect.CodeUnauthenticated, []string{"invalid username: 'no-such-user-xyz'"}},
+		{"unknown user, Start", processtest.StartCall(stranger, &pb.StartRequest{Process: processtest.Sh("true")}), connect.CodeUnauthenticated, []string{"invalid username: 'no-such-user-xyz'"}},
 		{"unknown user, List", func(ctx context.Context) error {
 			_, err := stranger.List(ctx, connect.NewRequest(&pb.ListRequest{}))
 			return err
@@ -109,25 +109,25 @@ func testBadInputs(t *testing.T, s *processtest.Server, opts processtest.ClientO
 		{"cwd missing", processtest.StartCall(c, &pb.StartRequest{Process: withCwd("/no/such/dir")}), connect.CodeInvalidArgument, []string{"cwd '/no/such/dir' does not exist"}},
 		{"cwd a file", processtest.StartCall(c, &pb.StartRequest{Process: withCwd(file)}), connect.CodeInvalidArgument, []string{"cwd '" + file + "' is not a directory"}},
 		{"cwd ~other", processtest.StartCall(c, &pb.StartRequest{Process: withCwd("~nobody/x")}), connect.CodeInvalidArgument, []string{"~nobody/x"}},
-		{"Start pty size 0", processtest.StartCall(c, &pb.StartRequest{Process: sh("true"), Pty: ptySize(0, 24)}), connect.CodeInvalidArgument, []string{"0x24", "at least 1"}},
-		{"Start pty size missing", processtest.StartCall(c, &pb.StartRequest{Process: sh("true"), Pty: &pb.PTY{}}), connect.CodeInvalidArgument, []string{"0x0"}},
-		{"Start pty too large", processtest.StartCall(c, &pb.StartRequest{Process: sh("true"), Pty: ptySize(70000, 24)}), connect.CodeInvalidArgument, []string{"70000x24", "too large"}},
+		{"Start pty size 0", processtest.StartCall(c, &pb.StartRequest{Process: processtest.Sh("true"), Pty: processtest.PTYSize(0, 24)}), connect.CodeInvalidArgument, []string{"0x24", "at least 1"}},
+		{"Start pty size missing", processtest.StartCall(c, &pb.StartRequest{Process: processtest.Sh("true"), Pty: &pb.PTY{}}), connect.CodeInvalidArgument, []string{"0x0"}},
+		{"Start pty too large", processtest.StartCall(c, &pb.StartRequest{Process: processtest.Sh("true"), Pty: processtest.PTYSize(70000, 24)}), connect.CodeInvalidArgument, []string{"70000x24", "too large"}},
 
 		// Input, by the state of the process.
-		{"input to a finished process", processtest.SendInputCall(c, pidSel(donePid), stdinInput("x")), connect.CodeNotFound, []string{strconv.Itoa(int(donePid)), "exited"}},
-		{"input to a finished process, by tag", processtest.SendInputCall(c, tagSel(doneTag), stdinInput("x")), connect.CodeNotFound, []string{doneTag, "exited"}},
-		{"signal to a finished process", processtest.SendSignalCall(c, pidSel(donePid), pb.Signal_SIGNAL_SIGTERM), connect.CodeNotFound, []string{"exited"}},
-		{"stdin without stdin", processtest.SendInputCall(c, pidSel(noStdinPid), stdinInput("x")), connect.CodeFailedPrecondition, []string{"stdin", "not enabled or already closed"}},
-		{"stdin to a pty", processtest.SendInputCall(c, pidSel(ptyPid), stdinInput("x")), connect.CodeFailedPrecondition, []string{"terminal", "pty input"}},
-		{"pty input to pipes", processtest.SendInputCall(c, pidSel(withStdinPid), ptyInput("x")), connect.CodeFailedPrecondition, []string{"no terminal"}},
-		{"input missing", processtest.SendInputCall(c, pidSel(withStdinPid), &pb.ProcessInput{}), connect.CodeInvalidArgument, []string{"input is missing"}},
-		{"StreamInput stdin to a pty", processtest.StreamInputCall(c, pidSel(ptyPid), stdinInput("x")), connect.CodeFailedPrecondition, []string{"terminal"}},
-		{"CloseStdin on a pty", processtest.CloseStdinCall(c, pidSel(ptyPid)), connect.CodeFailedPrecondition, []string{"Ctrl+D"}},
-		{"Update size 0", processtest.UpdateCall(c, pidSel(ptyPid), ptySize(100, 0)), connect.CodeInvalidArgument, []string{"100x0", "at least 1"}},
-		{"Update too large", processtest.UpdateCall(c, pidSel(ptyPid), ptySize(100, 1<<20)), connect.CodeInvalidArgument, []string{"too large"}},
-		{"Update pty of pipes", processtest.UpdateCall(c, pidSel(withStdinPid), ptySize(100, 30)), connect.CodeFailedPrecondition, []string{"no terminal"}},
-		{"unknown signal", processtest.SendSignalCall(c, pidSel(withStdinPid), pb.Signal_SIGNAL_UNSPECIFIED), connect.CodeInvalidArgument, []string{"invalid signal", "SIGNAL_UNSPECIFIED"}},
-		{"signal number not in the enum", processtest.SendSignalCall(c, pidSel(withStdinPid), pb.Signal(4)), connect.CodeInvalidArgument, []string{"invalid signal", "SIGNAL_SIGHUP", "SIGNAL_SIGCONT"}},
+		{"input to a finished process", processtest.SendInputCall(c, processtest.PidSel(donePid), processtest.StdinInput("x")), connect.CodeNotFound, []string{strconv.Itoa(int(donePid)), "exited"}},
+		{"input to a finished process, by tag", processtest.SendInputCall(c, processtest.TagSel(doneTag), processtest.StdinInput("x")), connect.CodeNotFound, []string{doneTag, "exited"}},
+		{"signal to a finished process", processtest.SendSignalCall(c, processtest.PidSel(donePid), pb.Signal_SIGNAL_SIGTERM), connect.CodeNotFound, []string{"exited"}},
+		{"stdin without stdin", processtest.SendInputCall(c, processtest.PidSel(noStdinPid), processtest.StdinInput("x")), connect.CodeFailedPrecondition, []string{"stdin", "not enabled or already closed"}},
+		{"stdin to a pty", processtest.SendInputCall(c, processtest.PidSel(ptyPid), processtest.StdinInput("x")), connect.CodeFailedPrecondition, []string{"terminal", "pty input"}},
+		{"pty input to pipes", processtest.SendInputCall(c, processtest.PidSel(withStdinPid), processtest.PTYInput("x")), connect.CodeFailedPrecondition, []string{"no terminal"}},
+		{"input missing", processtest.SendInputCall(c, processtest.PidSel(withStdinPid), &pb.ProcessInput{}), connect.CodeInvalidArgument, []string{"input is missing"}},
+		{"StreamInput stdin to a pty", processtest.StreamInputCall(c, processtest.PidSel(ptyPid), processtest.StdinInput("x")), connect.CodeFailedPrecondition, []string{"terminal"}},
+		{"CloseStdin on a pty", processtest.CloseStdinCall(c, processtest.PidSel(ptyPid)), connect.CodeFailedPrecondition, []string{"Ctrl+D"}},
+		{"Update size 0", processtest.UpdateCall(c, processtest.PidSel(ptyPid), processtest.PTYSize(100, 0)), connect.CodeInvalidArgument, []string{"100x0", "at least 1"}},
+		{"Update too large", processtest.UpdateCall(c, processtest.PidSel(ptyPid), processtest.PTYSize(100, 1<<20)), connect.CodeInvalidArgument, []string{"too large"}},
+		{"Update pty of pipes", processtest.UpdateCall(c, processtest.PidSel(withStdinPid), processtest.PTYSize(100, 30)), connect.CodeFailedPrecondition, []string{"no terminal"}},
+		{"unknown signal", processtest.SendSignalCall(c, processtest.PidSel(withStdinPid), pb.Signal_SIGNAL_UNSPECIFIED), connect.CodeInvalidArgument, []string{"invalid signal", "SIGNAL_UNSPECIFIED"}},
+		{"signal number not in the enum", processtest.SendSignalCall(c, processtest.PidSel(withStdinPid), pb.Signal(4)), connect.CodeInvalidArgument, []string{"invalid signal", "SIGNAL_SIGHUP", "SIGNAL_SIGCONT"}},
 	}
 	for _, tc := range tests {
 		err := tc.call(bounded(t))
@@ -135,7 +135,7 @@ func testBadInputs(t *testing.T, s *processtest.Server, opts processtest.ClientO
 			wantErr(t, err, tc.code, tc.subs...)
 		})
 		// Still serving: a process runs and ends as it should.
-		w := start(t, c, &pb.StartRequest{Process: sh("echo alive")})
+		w := start(t, c, &pb.StartRequest{Process: processtest.Sh("echo alive")})
 		if s := w.End(t, waitShort); s.Stdout != "alive\n" {
 			t.Fatalf("after %s: stdout = %q", tc.name, s.Stdout)
 		}
@@ -180,7 +180,7 @@ func TestMalformedBody(t *testing.T) {
 		})
 	}
 	c := s.Client(t, processtest.ClientOptions{Codec: processtest.JSON})
-	if s := start(t, c, &pb.StartRequest{Process: sh("echo alive")}).End(t, waitShort); s.Stdout != "alive\n" {
+	if s := start(t, c, &pb.StartRequest{Process: processtest.Sh("echo alive")}).End(t, waitShort); s.Stdout != "alive\n" {
 		t.Fatalf("after malformed bodies: stdout = %q", s.Stdout)
 	}
 }

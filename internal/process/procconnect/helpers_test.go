@@ -3,10 +3,7 @@ package procconnect_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -25,65 +22,6 @@ const (
 	waitShort = processtest.WaitShort
 	waitLong  = processtest.WaitLong
 )
-
-// clientCase is one way to talk to the service: HTTP version, codec, user.
-type clientCase struct {
-	name string
-	opts processtest.ClientOptions
-}
-
-// clientCases crosses h2c and HTTP/1.1, the JSON codec the SDK uses and
-// the binary one, and the given users ("" is the default user).
-func clientCases(users ...string) []clientCase {
-	var out []clientCase
-	for _, proto := range []processtest.Proto{processtest.H2C, processtest.HTTP1} {
-		for _, codec := range []processtest.Codec{processtest.JSON, processtest.Binary} {
-			for _, u := range users {
-				name := u
-				if name == "" {
-					name = "default-user"
-				}
-				out = append(out, clientCase{
-					name: fmt.Sprintf("%s/%s/%s", proto, codec, name),
-					opts: processtest.ClientOptions{Proto: proto, Codec: codec, User: u},
-				})
-			}
-		}
-	}
-	return out
-}
-
-var tagSeq atomic.Int64
-
-// uniqueTag is a tag no other test uses.
-func uniqueTag(prefix string) string {
-	return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), tagSeq.Add(1))
-}
-
-// sh is a ProcessConfig running script with /bin/sh -c; args become $0, $1...
-func sh(script string, args ...string) *pb.ProcessConfig {
-	return &pb.ProcessConfig{Cmd: "/bin/sh", Args: append([]string{"-c", script}, args...)}
-}
-
-func pidSel(pid uint32) *pb.ProcessSelector {
-	return &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: pid}}
-}
-
-func tagSel(tag string) *pb.ProcessSelector {
-	return &pb.ProcessSelector{Selector: &pb.ProcessSelector_Tag{Tag: tag}}
-}
-
-func stdinInput(b string) *pb.ProcessInput {
-	return &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: []byte(b)}}
-}
-
-func ptyInput(b string) *pb.ProcessInput {
-	return &pb.ProcessInput{Input: &pb.ProcessInput_Pty{Pty: []byte(b)}}
-}
-
-func ptySize(cols, rows uint32) *pb.PTY {
-	return &pb.PTY{Size: &pb.PTY_Size{Cols: cols, Rows: rows}}
-}
 
 func ptr[T any](v T) *T { return &v }
 

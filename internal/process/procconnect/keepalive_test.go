@@ -26,20 +26,20 @@ func TestStreamKeepaliveClock(t *testing.T) {
 	defer tickers.Close()
 
 	c := s.Client(t, processtest.ClientOptions{Header: http.Header{"Keepalive-Ping-Interval": {"1"}}})
-	w := start(t, c, &pb.StartRequest{Process: sh("read x; echo b")})
+	w := start(t, c, &pb.StartRequest{Process: processtest.Sh("read x; echo b")})
 	pid := w.Pid(t)
 	if call := tickers.MustWait(ctx); call.Duration != time.Second {
 		t.Errorf("Start stream: keepalive every %v, want 1s", call.Duration)
 	} else {
 		call.MustRelease(ctx)
 	}
-	cw := processtest.Connect(t, c, pidSel(pid), processtest.WatchOptions{})
+	cw := processtest.Connect(t, c, processtest.PidSel(pid), processtest.WatchOptions{})
 	if call := tickers.MustWait(ctx); call.Duration != time.Second {
 		t.Errorf("Connect stream: keepalive every %v, want 1s", call.Duration)
 	} else {
 		call.MustRelease(ctx)
 	}
-	plain := processtest.Connect(t, s.Client(t, processtest.ClientOptions{}), pidSel(pid), processtest.WatchOptions{})
+	plain := processtest.Connect(t, s.Client(t, processtest.ClientOptions{}), processtest.PidSel(pid), processtest.WatchOptions{})
 	if call := tickers.MustWait(ctx); call.Duration != server.DefaultKeepalive {
 		t.Errorf("stream without the header: keepalive every %v, want %v", call.Duration, server.DefaultKeepalive)
 	} else {
@@ -53,7 +53,7 @@ func TestStreamKeepaliveClock(t *testing.T) {
 			x.WaitFor(t, waitShort, "a keepalive", func(s processtest.Snapshot) bool { return s.Keepalives >= n })
 		}
 	}
-	if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: pidSel(pid), Input: stdinInput("\n")})); err != nil {
+	if _, err := c.SendInput(bounded(t), connect.NewRequest(&pb.SendInputRequest{Process: processtest.PidSel(pid), Input: processtest.StdinInput("\n")})); err != nil {
 		t.Fatal(err)
 	}
 	for _, x := range []*processtest.Watcher{w, cw, plain} {
