@@ -103,7 +103,14 @@ if [[ ${FRESH_GO_CACHES:-1} == 1 ]]; then
 	export GOCACHE=$scratch/go/cache GOMODCACHE=$scratch/go/mod
 	go_caches="new GOCACHE and GOMODCACHE"
 else
-	export GOCACHE=$scratch/go-kept/cache GOMODCACHE=$scratch/go-kept/mod
+	# Back at the paths they have outside (under the new /root, when they
+	# were in the old one): Go keys a compiled package by its source's
+	# path, so a module cache seen at another path rebuilds every
+	# dependency (buf and staticcheck among them) on every run.
+	mkdir -p "$OUTER_GOCACHE" "$OUTER_GOMODCACHE"
+	mount --bind "$scratch/go-kept/cache" "$OUTER_GOCACHE"
+	mount --bind "$scratch/go-kept/mod" "$OUTER_GOMODCACHE"
+	export GOCACHE=$OUTER_GOCACHE GOMODCACHE=$OUTER_GOMODCACHE
 fi
 export HOME=/root
 unset XDG_CACHE_HOME XDG_CONFIG_HOME XDG_DATA_HOME XDG_RUNTIME_DIR JUPYTER_RUNTIME_DIR JUPYTER_DATA_DIR DENO_DIR
