@@ -12,6 +12,7 @@ package processtest
 import (
 	"context"
 	"encoding/base64"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -199,7 +200,37 @@ func (s *Server) Client(t testing.TB, o ClientOptions) processconnect.ProcessCli
 	if !o.Gzip {
 		opts = append(opts, connect.WithAcceptCompression("gzip", nil, nil))
 	}
-	return processconnect.NewProcessClient(HTTPClient(t, o.Proto, o.User, o.Header), s.URL, opts...)
+	hc := HTTPClient(t, o.Proto, o.User, o.Header)
+	if o.Proto != HTTP1 {
+		s.connect(t, hc)
+	}
+	return processconnect.NewProcessClient(hc, s.URL, opts...)
+}
+
+// connect makes hc's HTTP/2 connection to the server before a test uses
+// it, trying again when the server dropped it as it began: Go's HTTP/2
+// server gives a new connection two seconds for the client's SETTINGS,
+// and a -race client on a loaded machine has missed them ("timeout
+// waiting for SETTINGS frames", then "connection reset by peer" for the
+// test's first call). The connection made stays in hc's pool, and every
+// call of the test is multiplexed on it.
+func (s *Server) connect(t testing.TB, hc *http.Client) {
+	t.Helper()
+	var err error
+	for range 3 {
+		var req *http.Request
+		req, err = http.NewRequest(http.MethodGet, s.URL+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp *http.Response
+		if resp, err = hc.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return
+		}
+	}
+	t.Fatalf("connect to the test server %s: %v", s.URL, err)
 }
 
 // BasicAuth is the Authorization header value naming user.
