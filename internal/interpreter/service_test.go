@@ -116,13 +116,13 @@ type eventStream interface {
 
 // events is what a stream carried.
 type events struct {
-	evs        []*pb.ExecutionEvent // keepalives excepted
+	evs        []*pb.ExecutionEvent // keepalives and queued notices excepted
 	keepalives int
 	err        error // the stream's error, nil if it ended well
 }
 
-// receive reads n events (keepalives not counted), or all of them when n
-// is negative.
+// receive reads n events (keepalives and queued notices not counted), or
+// all of them when n is negative.
 func receive[T any](t testing.TB, s interface {
 	eventStream
 	Msg() *T
@@ -137,6 +137,12 @@ func receive[T any](t testing.TB, s interface {
 		ev := event(s.Msg())
 		if ev.GetKeepalive() != nil {
 			out.keepalives++
+			continue
+		}
+		if ev.GetQueued() != nil {
+			// Unsequenced, before Started: the execution waits behind
+			// another, as in a context other tests share (the default
+			// one) it may.
 			continue
 		}
 		out.evs = append(out.evs, ev)
