@@ -2,9 +2,10 @@
 # fuzz.sh runs every native Go fuzz target of the module (each
 # `func FuzzXxx(f *testing.F)` in a package's *_test.go, found anew each
 # run), one at a time, each for FUZZTIME, and prints a line per target:
-# result, target, package, time taken. It exits non-zero if any target
-# failed; Go writes the input that failed under the package's
-# testdata/fuzz/FuzzXxx/, and the line after the failure names it.
+# result, target, package, time taken, executions counted. It exits
+# non-zero if any target failed; Go writes the input that failed under the
+# package's testdata/fuzz/FuzzXxx/, and the line after the failure names
+# it.
 #
 #   FUZZTIME          how long each target runs (default 1m), as go test
 #                     -fuzztime takes it: 30s, 10m, or 5000x (executions)
@@ -106,7 +107,10 @@ for t in "${targets[@]}"; do
 			result=PASS note="  (ended by Go's own race at the fuzztime deadline: nothing found)"
 		fi
 	fi
-	line=$(printf '%-4s  %-24s %-36s %4ds%s' "$result" "$name" "./$dir" "$took" "$note")
+	# The executions Go's last progress line counted (none for a run too
+	# short to print one): the log goes with the run, the count stays.
+	execs=$(grep -o 'execs: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
+	line=$(printf '%-4s  %-24s %-36s %4ds %11s execs%s' "$result" "$name" "./$dir" "$took" "${execs:--}" "$note")
 	echo "$line"
 	summary+=("$line")
 	if [[ $result == FAIL ]]; then
