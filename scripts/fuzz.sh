@@ -109,7 +109,7 @@ for t in "${targets[@]}"; do
 	fi
 	# The executions Go's last progress line counted (none for a run too
 	# short to print one): the log goes with the run, the count stays.
-	execs=$(grep -o 'execs: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
+	execs=$(grep -o 'execs: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2 || true)
 	line=$(printf '%-4s  %-24s %-36s %4ds %11s execs%s' "$result" "$name" "./$dir" "$took" "${execs:--}" "$note")
 	echo "$line"
 	summary+=("$line")
