@@ -57,10 +57,17 @@ func (r *execResult) text() string {
 	return ""
 }
 
+// types lists the lines' types, adjacent stdout (or stderr) lines as one:
+// the kernel flushes its streams on a timer, so one print can arrive as
+// two lines ("one", then "\n").
 func (r *execResult) types() []string {
 	var out []string
 	for _, l := range r.lines {
-		out = append(out, l.typ())
+		typ := l.typ()
+		if n := len(out); n > 0 && (typ == "stdout" || typ == "stderr") && out[n-1] == typ {
+			continue
+		}
+		out = append(out, typ)
 	}
 	return out
 }

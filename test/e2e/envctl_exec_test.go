@@ -29,6 +29,22 @@ func execEvents(t *testing.T, r ctlResult) []map[string]any {
 	return out
 }
 
+// joinStreams joins adjacent stdout (or stderr) events into one, as a
+// reader of the stream would: the kernel flushes its streams on a timer,
+// so one print can arrive as two events ("1.0.0", then "\n").
+func joinStreams(evs []map[string]any) []map[string]any {
+	var out []map[string]any
+	for _, ev := range evs {
+		typ := ev["type"]
+		if n := len(out); n > 0 && (typ == "stdout" || typ == "stderr") && out[n-1]["type"] == typ {
+			out[n-1]["text"] = out[n-1]["text"].(string) + ev["text"].(string)
+			continue
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
 // eventTypes lists the events' types.
 func eventTypes(evs []map[string]any) []string {
 	var out []string
@@ -48,7 +64,7 @@ func TestEnvctlExecCodeOutput(t *testing.T) {
 
 	t.Run("json", func(t *testing.T) {
 		r := envctl(t, nil, strings.NewReader("import sys\nprint('out', flush=True)\nprint('err', file=sys.stderr, flush=True)\n{'a': 1, 'b': '<&>'}"), addr, "exec-code", "--json")
-		evs := execEvents(t, r)
+		evs := joinStreams(execEvents(t, r))
 		types := eventTypes(evs)
 		if r.code != 0 || r.stderr != "" || len(evs) != 4 || types[3] != "end" {
 			t.Fatalf("--json: %+v", r)
@@ -219,16 +235,17 @@ func TestEnvctlExecCodeNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := []string{"--addr=" + e.url, "--user", owner.Name, "exec-code", "--json", "--context", cc.ID}
-	if r := envctl(t, nil, strings.NewReader("import "+module+"\nprint("+module+".VERSION)"), args...); r.code != 0 || !strings.Contains(r.stdout, `"text":"1.0.0\n"`) {
+	r := envctl(t, nil, strings.NewReader("import "+module+"\nprint("+module+".VERSION)"), args...)
+	if evs := joinStreams(execEvents(t, r)); r.code != 0 || len(evs) != 2 || evs[0]["text"] != "1.0.0\n" {
 		t.Fatalf("import: %+v", r)
 	}
 	res := install("2.0.0", true)
 	if len(res.Stale) != 1 {
 		t.Fatalf("stale contexts %+v", res.Stale)
 	}
-	r := envctl(t, nil, strings.NewReader("print("+module+".VERSION)"), args...)
-	evs := execEvents(t, r)
-	if r.code != 0 || !slices.Equal(eventTypes(evs), []string{"notice", "stdout", "end"}) {
+	r = envctl(t, nil, strings.NewReader("print("+module+".VERSION)"), args...)
+	evs := joinStreams(execEvents(t, r))
+	if r.code != 0 || !slices.Equal(eventTypes(evs), []string{"notice", "stdout", "end"}) || evs[1]["text"] != "1.0.0\n" {
 		t.Fatalf("after the upgrade: %+v", r)
 	}
 	if n := evs[0]; n["kind"] != "packages_changed" || n["text"] != res.Stale[0].Message || n["time"] == nil {
