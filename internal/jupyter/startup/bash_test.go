@@ -3,6 +3,7 @@ package startup_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,6 +46,10 @@ func TestBashKernel(t *testing.T) {
 		cell cell
 	}
 	released := filepath.Join(testutil.WorkDir(t), "one-received")
+	// "stderr order" writes each line once the driver received the one
+	// before: the order it gets them in is the order they were written.
+	got1, got2, got3 := filepath.Join(work, "got1"), filepath.Join(work, "got2"), filepath.Join(work, "got3")
+	waitFor := func(p string) string { return "; while [ ! -e " + p + " ]; do sleep 0.05; done; " }
 	cells := []bashCell{
 		{"state set", cell{Code: "x=41\ncd /tmp\nexport FOO=bar\nf() { echo \"f:$1\"; }"}},
 		{"state get", cell{Code: "echo $((x+1)) $(pwd) $FOO; f arg"}},
@@ -53,10 +58,28 @@ func TestBashKernel(t *testing.T) {
 		{"false", cell{Code: "false"}},
 		{"true after false", cell{Code: "false; true"}},
 		{"syntax error", cell{Code: "echo ok\nif then fi"}},
+		// $? at the start of a cell is the last status of the cell before
+		// that had code: directive-only cells (envd's) do not count.
+		{"status 3", cell{Code: "(exit 3)"}},
+		{"status directive only", cell{Code: restoreCode, Silent: true}},
+		{"status seen", cell{Code: "echo $?"}},
+		{"status zero", cell{Code: "echo $?"}},
+		{"status 5", cell{Code: "(exit 5)"}},
+		{"status after directives", cell{Code: "#%envd setenv {\"ENVD_T_S\": \"v\"}\necho \"$? $ENVD_T_S\""}},
+		{"status restore", cell{Code: restoreCode, Silent: true}},
+		// set -e applies to the user's commands, not to the carried status
+		// (that of an interrupted command: a failing cell under set -e
+		// ends the shell).
+		{"errexit", cell{Code: "set -e"}},
+		{"errexit interrupted", cell{Code: "sleep 100", InterruptAfter: fptr(1.5), Timeout: 30}},
+		{"errexit after", cell{Code: "echo \"$? $x\"; set +e"}},
 		// "two" waits for the driver to have received "one": buffered
 		// output would never get there (the cell then times out).
 		{"streaming", cell{Code: "echo one; while [ ! -e " + released + " ]; do sleep 0.05; done; echo two", TouchOnStream: released, Timeout: 120}},
 		{"stderr", cell{Code: "echo out; echo err >&2"}},
+		{"stderr order", cell{Code: "echo out" + waitFor(got1) + "echo err >&2" + waitFor(got2) + "echo out2" + waitFor(got3) + "printf err2 >&2",
+			TouchOnStreams: []string{got1, got2, got3}, Timeout: 120}},
+		{"stderr tty", cell{Code: "[ -t 2 ] && stty size <&2"}},
 		{"stdin is empty", cell{Code: "read line; echo \"read=$? line=[$line]\"; cat; echo done"}},
 		{"multiline", cell{Code: "for i in 1 2 3; do\n  echo \"i=$i\"\ndone\ncat <<'EOF'\nheredoc $x\nEOF\necho \"no newline at end\""}},
 		{"no trailing newline", cell{Code: "printf 'abc'"}},
@@ -77,6 +100,7 @@ func TestBashKernel(t *testing.T) {
 		{"chdir", cell{Code: chdirCode, Silent: true}},
 		{"pwd", cell{Code: "pwd"}},
 		{"exit", cell{Code: "echo bye; exit 4"}},
+		{"status after exit", cell{Code: "echo $?"}},
 		{"after exit", cell{Code: "echo \"x=[$x] pwd=$(pwd)\"; " + dumpEnv}},
 		{"exit 0", cell{Code: "exit"}},
 		{"after exit 0", cell{Code: "echo fresh"}},
@@ -136,9 +160,23 @@ func TestBashKernel(t *testing.T) {
 		}
 		stdoutIs(t, "true after false", "")
 		r := got["syntax error"]
-		if r.status() != "error" || !strings.Contains(r.stdout(t), "ok\n") || !strings.Contains(r.stdout(t), "syntax error") {
-			t.Errorf("syntax error: reply %v stdout %q", r.Reply, r.stdout(t))
+		if r.status() != "error" || r.stdout(t) != "ok\n" || !strings.Contains(r.stderr(t), "syntax error") {
+			t.Errorf("syntax error: reply %v stdout %q stderr %q", r.Reply, r.stdout(t), r.stderr(t))
 		}
+	})
+	t.Run("status carried", func(t *testing.T) {
+		wantError(t, "status 3", "BashError", "exit code 3", "")
+		stdoutIs(t, "status directive only", "")
+		stdoutIs(t, "status seen", "3\n")
+		stdoutIs(t, "status zero", "0\n")
+		wantError(t, "status 5", "BashError", "exit code 5", "")
+		stdoutIs(t, "status after directives", "5 v\n")
+		stdoutIs(t, "errexit", "")
+		if r := got["errexit interrupted"]; r.Reply["ename"] != "KeyboardInterrupt" || r.Reply["evalue"] != "exit code 130" {
+			t.Errorf("errexit interrupted: reply %v", r.Reply)
+		}
+		stdoutIs(t, "errexit after", "130 41\n")
+		stdoutIs(t, "status after exit", "4\n")
 	})
 	t.Run("streaming", func(t *testing.T) {
 		r := got["streaming"]
@@ -150,7 +188,19 @@ func TestBashKernel(t *testing.T) {
 		if len(texts) != 2 || texts[0] != "one\n" || texts[1] != "two\n" {
 			t.Fatalf("streams %q, want [one two] as separate messages", texts)
 		}
-		stdoutIs(t, "stderr", "out\nerr\n")
+	})
+	t.Run("stderr", func(t *testing.T) {
+		stdoutIs(t, "stderr", "out\n")
+		if e := got["stderr"].stderr(t); e != "err\n" {
+			t.Errorf("stderr: %q, want err", e)
+		}
+		order := got["stderr order"].streams(t)
+		want := []stream{{"stdout", "out\n"}, {"stderr", "err\n"}, {"stdout", "out2\n"}, {"stderr", "err2"}}
+		if !slices.Equal(order, want) {
+			t.Errorf("stderr order: streams %q, want %q", order, want)
+		}
+		// stderr is a terminal as stdout is, of the same size.
+		stdoutIs(t, "stderr tty", "24 200\n")
 	})
 	t.Run("io", func(t *testing.T) {
 		stdoutIs(t, "stdin is empty", "read=1 line=[]\ndone\n")
@@ -163,8 +213,8 @@ func TestBashKernel(t *testing.T) {
 		if r.Error != "" {
 			t.Fatalf("interrupt: %s", r.Error)
 		}
-		if r.Reply["ename"] != "KeyboardInterrupt" || r.stdout(t) != "sleeping\n" {
-			t.Errorf("interrupt: reply %v stdout %q", r.Reply, r.stdout(t))
+		if r.Reply["ename"] != "KeyboardInterrupt" || r.stdout(t) != "sleeping\n" || r.stderr(t) != "" {
+			t.Errorf("interrupt: reply %v stdout %q stderr %q", r.Reply, r.stdout(t), r.stderr(t))
 		}
 		if last := r.Messages[len(r.Messages)-1].T; last > 4 {
 			t.Errorf("interrupt took %.1fs (sleep should get SIGINT at once)", last)

@@ -27,6 +27,9 @@ type cell struct {
 	// stream message reached it: code waiting for it proves its earlier
 	// output was streamed, with no clock involved.
 	TouchOnStream string `json:"touch_on_stream,omitempty"`
+	// TouchOnStreams are files the driver creates one by one, the n-th
+	// once the cell's n-th stream message reached it.
+	TouchOnStreams []string `json:"touch_on_streams,omitempty"`
 }
 
 type message struct {

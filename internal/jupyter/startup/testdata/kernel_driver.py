@@ -10,7 +10,9 @@ Used by startup_test.go. Reads one JSON object on stdin:
                                      (Deno sends console.log output after idle)
      "cells": [{"code": "...", "silent": false, "timeout": 60,
                 "interrupt_after": 1.5,     optional: interrupt the kernel then
-                "touch_on_stream": "/p"}]}  optional: create /p on the first stream message
+                "touch_on_stream": "/p",    optional: create /p on the first stream message
+                "touch_on_streams": ["/a", "/b"]}]}  optional: create the n-th path on
+                                                   the n-th stream message
 
 and prints {"cells": [{"reply": {...execute_reply content...},
                        "messages": [{"msg_type", "content", "t"}],  iopub, in order
@@ -78,6 +80,7 @@ def run_cell(km, kc, cell, grace):
     result = {"messages": [], "reply": None}
     interrupted = False
     idle_at = None
+    streams = 0
     while idle_at is None or time.monotonic() - idle_at < grace:
         now = time.monotonic()
         if now - start > timeout:
@@ -100,6 +103,11 @@ def run_cell(km, kc, cell, grace):
         touch = cell.get("touch_on_stream")
         if touch and msg["msg_type"] == "stream" and not os.path.exists(touch):
             open(touch, "w").close()
+        if msg["msg_type"] == "stream":
+            streams += 1
+            touches = cell.get("touch_on_streams") or []
+            if streams <= len(touches):
+                open(touches[streams - 1], "w").close()
         if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
             idle_at = time.monotonic()
     while True:

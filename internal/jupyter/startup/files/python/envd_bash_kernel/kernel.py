@@ -6,16 +6,33 @@ bash runs under a pty (pexpect) as `bash --noprofile --norc --noediting -i`
 with PS1/PS2 empty, echo and onlcr off, history off, PAGER=cat, TERM=dumb.
 A cell is written to a private file and run with
 
-    eval "$(< FILE)" < /dev/null
+    __envd_c=$(< FILE); __envd_ret STATUS && :; eval "$__envd_c" < /dev/null
 
 so state (variables, functions, cwd, exports) persists between cells, commands
 that read stdin see EOF instead of hanging, and the code never goes through the
 terminal's line discipline (no length limits, no quoting problems).
+STATUS is the last status of the last cell that had code (not only
+directives), so `$?` at the start of a cell is what it would be at a
+terminal's next prompt (`false`, then `echo $?`, prints 1); `&& :` keeps a
+carried failure from triggering `set -e` or an ERR trap.
 PROMPT_COMMAND prints a per-kernel random marker with `$?` to /dev/tty when
 bash is ready for the next command; everything before the marker is the cell's
-output. stdout and stderr share the pty, so both are sent, in order, as
-`stream` messages named "stdout", as soon as they arrive (coalesced for at
-most 50 ms).
+output.
+
+stdout and stderr
+-----------------
+bash's stdout is the pexpect pty; its stderr (`exec 2>` at start, so what the
+cell's commands inherit, bash's own messages, `set -x` traces) is a second
+pty of the same size, in raw mode, so both stay terminals (`[ -t 2 ]`,
+progress bars and colours behave as in a terminal) and a user's `exec 2>FILE`
+persists as before. Output is sent as `stream` messages named "stdout" and
+"stderr" as soon as it arrives (coalesced per stream for at most 50 ms, a
+change of stream sending what was pending first); when both have output at
+once stdout goes first: between two ptys, order is kept only as far as
+reads can tell it. A pty's output reaches its reader asynchronously, so
+once the marker came the kernel writes a numbered sentinel to the stderr
+pty itself and reads stderr up to it: every byte the cell's commands wrote
+to stderr before they ended is in the cell's output.
 
 Errors
 ------
@@ -79,15 +96,21 @@ elements)}. Functions are not variables. Other user expressions answer an
 error.
 """
 
+import codecs
+import fcntl
 import json
 import os
 import re
 import secrets
+import select
 import shlex
 import shutil
 import signal
+import struct
 import tempfile
+import termios
 import time
+import tty
 
 import pexpect
 from ipykernel.kernelbase import Kernel
@@ -101,6 +124,8 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FLUSH_AFTER = 0.05
 _FLUSH_SIZE = 32 * 1024
 _START_TIMEOUT = 30.0
+_ROWS, _COLS = 24, 200
+_SYNC_WAIT = 5.0  # at most this long for the stderr sentinel
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _VARIABLES_EXPR = "envd:variables"
 _VARIABLES_MIME = "application/vnd.envd.variables+json"
@@ -152,6 +177,39 @@ class DirectiveError(ValueError):
     pass
 
 
+class _Coalescer:
+    """Output of one run, sent as (stream name, text) in order: text of one
+    stream is held up to _FLUSH_AFTER (or _FLUSH_SIZE); text of the other
+    stream sends it first."""
+
+    def __init__(self, emit):
+        self._emit = emit
+        self.name = None
+        self.text = ""
+        self.since = None
+
+    def add(self, name, text):
+        if not text:
+            return
+        if self.text and name != self.name:
+            self.flush()
+        if not self.text:
+            self.name, self.since = name, time.monotonic()
+        self.text += text
+
+    def due(self, now):
+        return bool(self.text) and (now - self.since >= _FLUSH_AFTER or len(self.text) >= _FLUSH_SIZE)
+
+    def deadline(self):
+        return None if not self.text else self.since + _FLUSH_AFTER
+
+    def flush(self):
+        if self.text:
+            name, text = self.name, self.text
+            self.name, self.text, self.since = None, "", None
+            self._emit(name, text)
+
+
 class BashKernel(Replies, Kernel):
     implementation = "envd_bash_kernel"
     implementation_version = __version__
@@ -175,12 +233,86 @@ class BashKernel(Replies, Kernel):
         self._cwd = os.getcwd()
         self._global_env = {}  # name -> value or None (unset); survives restarts
         self._baseline = set()  # variable names when the shell started
+        # $? at the start of the next cell: the last status of the last
+        # cell that had code.
+        self._status = 0
+        self._open_stderr()
         self._child = None
         self._start_bash()
         try:
             self.language_version = self._run_quiet('printf %s "$BASH_VERSION"')
         except Exception:
             self.language_version = ""
+
+    # ------------------------------------------------------------------
+    # stderr pty
+
+    def _open_stderr(self):
+        """Open the pty bash's stderr goes to (kept across bash restarts)."""
+        master, slave = os.openpty()
+        tty.setraw(slave)  # no echo, "\n" stays "\n"
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", _ROWS, _COLS, 0, 0))
+        os.set_blocking(master, False)
+        # Only this descriptor: bash opens the pty by its path.
+        os.set_blocking(slave, False)
+        self._err_master, self._err_slave = master, slave
+        self._err_path = os.ttyname(slave)
+        self._err_decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._err_sentinel = re.compile("\x01" + self._token + r"e(\d+)\x02")
+        self._err_sync = 0
+
+    def _close_stderr(self):
+        for fd in (self._err_master, self._err_slave):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _read_stderr(self):
+        """What the stderr pty has now, decoded ("" if nothing)."""
+        chunks = []
+        while True:
+            try:
+                data = os.read(self._err_master, 65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(self._err_decoder.decode(data))
+        return "".join(chunks)
+
+    def _write_sentinel(self, n):
+        """Write sentinel n to the stderr pty; False if it is full for now."""
+        try:
+            os.write(self._err_slave, ("\x01%se%d\x02" % (self._token, n)).encode())
+            return True
+        except (BlockingIOError, InterruptedError):
+            return False
+
+    def _split_stderr(self, buf, n):
+        """(stderr text, whether sentinel n came, rest kept for the next
+        read). Other (stale) sentinels are dropped."""
+        out = []
+        seen = False
+        while True:
+            m = self._err_sentinel.search(buf)
+            if not m:
+                break
+            out.append(buf[: m.start()])
+            if int(m.group(1)) == n:
+                seen = True
+            buf = buf[m.end():]
+        i = buf.rfind("\x01")
+        rest = ""
+        if i != -1:
+            tail = buf[i:]
+            prefix = "\x01" + self._token + "e"
+            if prefix.startswith(tail) or (tail.startswith(prefix) and tail[len(prefix):].isdigit()):
+                buf, rest = buf[:i], tail
+        out.append(buf)
+        return "".join(out), seen, rest
 
     # ------------------------------------------------------------------
     # bash process
@@ -214,19 +346,24 @@ class BashKernel(Replies, Kernel):
             echo=False,
             encoding="utf-8",
             codec_errors="replace",
-            dimensions=(24, 200),
+            dimensions=(_ROWS, _COLS),
             timeout=None,
             preexec_fn=_reset_signals,
         )
         printf = "printf '\\001" + self._token + ":%d\\002' \"$rc\""
         setup = (
+            "exec 2>" + shlex.quote(self._err_path) + "; "
             "set +o history; unset HISTFILE; PS1=; PS2=; PS0=; "
             "stty -echo -onlcr 2>/dev/null; "
             "declare -A __envd_saved=(); "
-            "__envd_prompt() { local rc=$?; "
+            '__envd_ret() { return "$1"; }; '
+            "__envd_prompt() { local rc=$?; unset __envd_c; "
             "{ " + printf + " >/dev/tty; } 2>/dev/null || " + printf + "; }; "
             "PROMPT_COMMAND=__envd_prompt"
         )
+        # What an earlier shell's commands left on stderr is not this one's.
+        self._read_stderr()
+        self._err_decoder.reset()
         self._child.sendline(setup)
         deadline = time.monotonic() + _START_TIMEOUT
         buf = ""
@@ -277,76 +414,99 @@ class BashKernel(Replies, Kernel):
                 f.write("\n")
 
     def _run(self, script, on_output):
-        """Run script in bash. Returns (status, how) where how is one of
-        "done", "interrupted" or ("exited", exitstatus, signalstatus)."""
+        """Run script in bash; on_output(name, text) gets its output, name
+        "stdout" or "stderr". Returns (status, how) where how is one of
+        "done", "interrupted", "interrupted-exited" or
+        ("exited", exitstatus, signalstatus)."""
         if self._child is None or not self._child.isalive():
             self._restart_bash()
         self._write_cell(script)
-        self._child.sendline('eval "$(< %s)" < /dev/null' % shlex.quote(self._cell_path))
+        self._child.sendline('__envd_c=$(< %s); __envd_ret %d && :; eval "$__envd_c" < /dev/null'
+                             % (shlex.quote(self._cell_path), self._status))
 
-        pending = ""
-        pending_since = None
-        buf = ""
+        out = _Coalescer(on_output)
+        buf = ""  # stdout not yet sent: may end in part of the marker
+        ebuf = ""  # the same for stderr and the sentinel
         interrupted = False
-        since_intr = ""  # output that arrived after the interrupt
+        since_intr = ""  # output (of either stream) that arrived after the interrupt
         kill_at = None
         restart_at = None
+        result = None  # (status, how) once bash is done with the cell
+        sync = None  # the sentinel awaited on stderr once it is
+        sent = False
+        sync_until = None
         while True:
             try:
                 now = time.monotonic()
-                if pending and (now - pending_since >= _FLUSH_AFTER or len(pending) >= _FLUSH_SIZE):
-                    on_output(pending)
-                    pending, pending_since = "", None
+                if result is not None:
+                    if not sent:
+                        sent = self._write_sentinel(sync)
+                    if sync is None or now >= sync_until:
+                        break
+                if out.due(now) and not (interrupted and since_intr == "\n" and out.text == "\n"):
+                    out.flush()
                 timeout = 0.2
-                if pending:
-                    timeout = max(0.0, min(timeout, pending_since + _FLUSH_AFTER - now))
-                if kill_at is not None and now >= kill_at:
-                    kill_at = None
-                    pgrp = self._foreground_pgrp()
-                    if pgrp and pgrp != self._child.pid:
+                if out.deadline() is not None:
+                    timeout = max(0.0, min(timeout, out.deadline() - now))
+                if result is None:
+                    if kill_at is not None and now >= kill_at:
+                        kill_at = None
+                        pgrp = self._foreground_pgrp()
+                        if pgrp and pgrp != self._child.pid:
+                            try:
+                                os.killpg(pgrp, signal.SIGKILL)
+                            except OSError:
+                                pass
+                    if restart_at is not None and now >= restart_at:
+                        restart_at = None
                         try:
-                            os.killpg(pgrp, signal.SIGKILL)
+                            self._child.kill(signal.SIGKILL)
                         except OSError:
                             pass
-                if restart_at is not None and now >= restart_at:
-                    restart_at = None
+                    fds = [self._child.child_fd, self._err_master]
+                else:
+                    timeout = max(0.0, min(timeout, sync_until - now, 0.0 if not sent else timeout))
+                    fds = [self._err_master]
+                ready = select.select(fds, [], [], timeout)[0]
+                if result is None and self._child.child_fd in ready:
                     try:
-                        self._child.kill(signal.SIGKILL)
-                    except OSError:
-                        pass
-                try:
-                    chunk = self._child.read_nonblocking(65536, timeout=timeout)
-                except pexpect.TIMEOUT:
-                    continue
-                except pexpect.EOF:
-                    text = buf
+                        chunk = self._child.read_nonblocking(65536, timeout=0)
+                    except pexpect.TIMEOUT:
+                        chunk = ""
+                    except pexpect.EOF:
+                        out.add("stdout", buf)
+                        buf = ""
+                        self._child.close(force=True)
+                        exitstatus, signalstatus = self._child.exitstatus, self._child.signalstatus
+                        self._child = None
+                        if interrupted:
+                            result = (130, "interrupted-exited")
+                        else:
+                            result = (None, ("exited", exitstatus, signalstatus))
+                        chunk = ""
+                    buf += chunk
+                    text, status, buf = self._split(buf)
                     if text:
-                        pending += text
-                    if pending:
-                        on_output(pending)
-                    self._child.close(force=True)
-                    exitstatus, signalstatus = self._child.exitstatus, self._child.signalstatus
-                    self._child = None
-                    if interrupted:
-                        return 130, "interrupted-exited"
-                    return None, ("exited", exitstatus, signalstatus)
-                buf += chunk
-                text, status, buf = self._split(buf)
-                if text:
-                    if not pending:
-                        pending_since = time.monotonic()
-                    pending += text
-                    if interrupted:
+                        out.add("stdout", text)
+                        if interrupted:
+                            since_intr += text[:2]
+                    if status is not None:
+                        result = (status, "interrupted" if interrupted else "done")
+                    if result is not None:
+                        self._err_sync += 1
+                        sync, sent = self._err_sync, False
+                        sync_until = time.monotonic() + _SYNC_WAIT
+                if self._err_master in ready:
+                    ebuf += self._read_stderr()
+                    text, seen, ebuf = self._split_stderr(ebuf, sync)
+                    out.add("stderr", text)
+                    if interrupted and text:
                         since_intr += text[:2]
-                if status is not None:
-                    if interrupted and since_intr == "\n" and pending.endswith("\n"):
-                        # bash prints a newline after a job dies of SIGINT (a
-                        # terminal would show "^C" before it); drop it.
-                        pending = pending[:-1]
-                    if pending:
-                        on_output(pending)
-                    return status, ("interrupted" if interrupted else "done")
+                    if seen and sent:
+                        sync = None
             except KeyboardInterrupt:
+                if result is not None:
+                    continue  # the cell is over
                 interrupted = True
                 try:
                     self._child.sendintr()
@@ -356,6 +516,14 @@ class BashKernel(Replies, Kernel):
                 if kill_at is None and restart_at is None:
                     kill_at = now + 2.0
                     restart_at = now + 7.0
+        if ebuf:
+            out.add("stderr", ebuf)
+        if interrupted and since_intr == "\n" and out.text.endswith("\n"):
+            # bash prints a newline (on stderr) after a job dies of SIGINT
+            # (a terminal would show "^C" before it); drop it.
+            out.text = out.text[:-1]
+        out.flush()
+        return result
 
     def _split(self, buf):
         """(output text, status or None, rest kept for the next read)."""
@@ -373,8 +541,10 @@ class BashKernel(Replies, Kernel):
         return buf, None, ""
 
     def _run_quiet(self, script):
+        """Run internal script: its stdout, its stderr dropped; $? as the
+        last cell left it."""
         out = []
-        self._run(script, out.append)
+        self._run(script, lambda name, text: out.append(text) if name == "stdout" else None)
         return "".join(out)
 
     # ------------------------------------------------------------------
@@ -489,12 +659,17 @@ class BashKernel(Replies, Kernel):
             script = self._directives_to_bash(directives)
         except DirectiveError as e:
             return self._error("EnvdDirectiveError", str(e))
+        # Only a cell with code sets the status the next one starts with;
+        # its code starts with the last one's, whatever directives ran.
+        has_code = bool(body.strip())
+        if script and has_code:
+            script += "__envd_ret %d && :\n" % self._status
         script += body
         if not script.strip():
             return self._ok()
 
-        def on_output(text):
-            self._stream("stdout", text, silent)
+        def on_output(name, text):
+            self._stream(name, text, silent)
 
         try:
             status, how = self._run(script, on_output)
@@ -504,6 +679,12 @@ class BashKernel(Replies, Kernel):
             self._stop_bash()
             return self._error("BashKernelError", "%s: %s" % (type(e).__name__, e))
 
+        if has_code:
+            if isinstance(how, tuple):
+                _, exitstatus, signalstatus = how
+                self._status = 128 + signalstatus if signalstatus else (exitstatus or 0) & 0xFF
+            else:
+                self._status = status
         if isinstance(how, tuple):  # bash exited
             _, exitstatus, signalstatus = how
             try:
@@ -531,8 +712,8 @@ class BashKernel(Replies, Kernel):
     # Introspection
 
     def _query(self, script):
-        """Run internal script, its output captured. ($? needs no care: a
-        cell always starts with $? at 0, that of the eval's $(< FILE).)"""
+        """Run internal script, its stdout captured. It leaves $? (the next
+        cell's) as it was: only cells with code set it."""
         return self._run_quiet(script)
 
     def _user_expression(self, expr):
@@ -648,5 +829,6 @@ class BashKernel(Replies, Kernel):
 
     def do_shutdown(self, restart):
         self._stop_bash()
+        self._close_stderr()
         shutil.rmtree(self._tmpdir, ignore_errors=True)
         return {"status": "ok", "restart": restart}
