@@ -28,6 +28,7 @@ import (
 	"github.com/envd-dev/envd/internal/handover"
 	"github.com/envd-dev/envd/internal/interpreter"
 	"github.com/envd-dev/envd/internal/mmds"
+	"github.com/envd-dev/envd/internal/process"
 )
 
 func main() {
@@ -186,26 +187,8 @@ func run(ho *handover.Pending) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	leaveSignalsDefault()
+	process.LeaveSignalsDefault()
 	return daemon.Run(ctx, cfg)
-}
-
-// leaveSignalsDefault makes every process envd starts begin with each
-// signal at its default disposition. An ignored signal stays ignored
-// across execve, while a handled one is reset to the default: so a signal
-// envd does not want to die of (SIGPIPE: a closed log pipe, a client gone
-// mid-write), or one it was started with ignored (SIGHUP under nohup), is
-// handled here, by a channel nobody reads (a signal that finds it full is
-// dropped), never ignored. Ignoring SIGPIPE had every command see it
-// ignored: `yes | head -1` printed "yes: standard output: Broken pipe".
-func leaveSignalsDefault() {
-	sigs := []os.Signal{syscall.SIGPIPE}
-	for s := syscall.Signal(1); s < 32; s++ {
-		if s != syscall.SIGKILL && s != syscall.SIGSTOP && signal.Ignored(s) {
-			sigs = append(sigs, s)
-		}
-	}
-	signal.Notify(make(chan os.Signal, 1), sigs...)
 }
 
 // envName is the variable that sets a flag: ENVD_<NAME>, dashes as

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/process/processtest"
 	"github.com/envd-dev/envd/internal/reaper"
 )
@@ -15,6 +16,7 @@ import (
 // as envd runs, so every wait goes through the daemon's path and orphans the
 // tests make are reaped.
 func TestMain(m *testing.M) {
+	process.LeaveSignalsDefault() // however the tests were started
 	if err := reaper.Enable(processtest.Logger()); err != nil {
 		fmt.Fprintln(os.Stderr, "reaper:", err)
 		os.Exit(1)
