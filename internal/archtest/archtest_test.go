@@ -36,6 +36,7 @@ var domains = []string{
 	"internal/outbuf",
 	"internal/reaper",
 	"internal/identity",
+	"internal/shell",
 }
 
 // httpAllowed lists the domain packages that may import net/http, and why:

@@ -36,6 +36,8 @@ import (
 	"github.com/envd-dev/envd/internal/process/procconnect"
 	"github.com/envd-dev/envd/internal/reaper"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/internal/shell"
+	"github.com/envd-dev/envd/internal/shell/shellconnect"
 	"github.com/envd-dev/envd/internal/slogtag"
 	"github.com/envd-dev/envd/internal/tunnel"
 )
@@ -240,6 +242,7 @@ type parts struct {
 	log   *slog.Logger
 	token *auth.Token
 	procs *process.Manager
+	shell *shell.Manager // the shell sessions, over procs
 	files *filesystem.Files
 	code  *codeExec
 	pkgs  *packages.Installer
@@ -273,6 +276,9 @@ func newParts(cfg Config, user string) (*parts, error) {
 	p.procs = process.NewManager(popts)
 	opts := server.HandlerOptions(log, defs)
 	procPath, procHandler := procconnect.NewService(p.procs, defs).Handler(opts...)
+	shellLog := log.With("component", "shell")
+	p.shell = shell.New(shell.Options{Processes: p.procs, Logger: shellLog})
+	shellPath, shellHandler := shellconnect.New(p.shell, defs, shellLog).Handler(opts...)
 	fopts := filesystem.Options{Logger: log.With("component", "filesystem"), StrictUsers: cfg.StrictUsers}
 	p.files = filesystem.New(fopts)
 	filesPath, filesHandler := fsconnect.NewService(p.files, defs).Handler(opts...)
@@ -290,6 +296,7 @@ func newParts(cfg Config, user string) (*parts, error) {
 	routes := []server.Route{
 		{Pattern: "GET /health", Handler: http.HandlerFunc(health), Public: true},
 		{Pattern: procPath, Handler: procHandler},
+		{Pattern: shellPath, Handler: shellHandler},
 		{Pattern: filesPath, Handler: filesHandler},
 	}
 	p.hooks = newHooks(cfg, log, p.cg)
@@ -332,6 +339,7 @@ func (p *parts) cleanup() {
 	p.files.Close()
 	p.cg.Close() // best effort: what orphans still hold stays
 	p.code.cleanup()
+	p.shell.Cleanup()
 	if p.cfg.UnixSocket != "" {
 		os.Remove(p.cfg.UnixSocket)
 	}
@@ -488,6 +496,7 @@ func (p *parts) stopChildren() {
 	var orphans sync.WaitGroup
 	var orphansKilled int
 	orphans.Go(func() { orphansKilled = stopOrphans(grace) })
+	p.shell.Shutdown() // SIGHUP: an interactive shell ignores the SIGTERM below
 	killed := p.procs.Shutdown(grace)
 	orphans.Wait()
 	if killed+orphansKilled > 0 {

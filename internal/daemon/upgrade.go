@@ -25,6 +25,7 @@ import (
 	"github.com/envd-dev/envd/internal/process"
 	"github.com/envd-dev/envd/internal/reaper"
 	"github.com/envd-dev/envd/internal/server"
+	"github.com/envd-dev/envd/internal/shell"
 )
 
 // Live upgrade (docs/upgrade.md): POST /upgrade or SIGUSR2 replaces envd's
@@ -281,6 +282,9 @@ func (p *parts) handOver(s *serving, req upgradeReq) error {
 	if err := p.procs.Park(parkCtx); err != nil {
 		log.Warn("handing over processes whose output did not stop: a chunk being read may be lost", "error", err)
 	}
+	if err := p.shell.Park(parkCtx); err != nil {
+		log.Warn("handing over shell sessions that did not stop reading their shells' output", "error", err)
+	}
 	cancel()
 	code.checkReaped(log)
 
@@ -336,7 +340,9 @@ func (p *parts) record(s *serving) (rec *hpb.Handover, files []*os.File, fds []i
 	rec.Settings = &hpb.Settings{AccessToken: p.token.Get(), DefaultUser: st.User, DefaultWorkdir: st.Workdir, InitEnv: st.Env, HostEnv: st.HostEnv}
 	live, ended, pfds := processesToProto(p.procs.Snapshot(handover.FD))
 	rec.Processes, rec.Ended = live, ended
-	return rec, files, append(fds, pfds...)
+	shells, shellDir, sfds := shellsToProto(p.shell.Snapshot(handover.FD))
+	rec.Shells, rec.ShellDir = shells, shellDir
+	return rec, files, append(append(fds, pfds...), sfds...)
 }
 
 // handoverListener is a listener that can stop accepting without closing
@@ -470,6 +476,14 @@ func (p *parts) adopt(ho *handover.Pending) (err error) {
 	if err == nil {
 		adoption, err = p.procs.PrepareAdopt(procs)
 	}
+	var shells shell.Snapshot
+	if err == nil {
+		shells, err = shellsFromProto(rec)
+	}
+	var shellAdoption *shell.Adoption
+	if err == nil {
+		shellAdoption, err = p.shell.PrepareAdopt(shells)
+	}
 	if err == nil {
 		err = checkJupyterRecord(rec.GetJupyter())
 	}
@@ -494,6 +508,7 @@ func (p *parts) adopt(ho *handover.Pending) (err error) {
 		p.log.Warn("cannot reap orphans", "error", err)
 	}
 	adoption.Commit(exits)
+	shellAdoption.Commit(p.procs)
 	if rec.GetJupyter() != nil {
 		p.code.adopt(rec.GetJupyter(), jupyterExit)
 	}
@@ -504,6 +519,7 @@ func (p *parts) adopt(ho *handover.Pending) (err error) {
 	ho.Commit()
 	p.upg.setLast(upgradeStatus{From: rec.GetFromVersion(), To: Version, Result: "upgraded"})
 	p.log.Info("adopted the handover", "from", rec.GetFromVersion(), "processes", len(rec.GetProcesses()), "ended", len(rec.GetEnded()), "listeners", len(rec.GetListeners()),
+		"shell_sessions", len(rec.GetShells()),
 		"contexts", len(rec.GetJupyter().GetContexts()), "jupyter_server", rec.GetJupyter().GetServer().GetPid(), "watchers", len(rec.GetWatchers()))
 	if ho.RolledBack != "" {
 		p.upg.setLast(upgradeStatus{From: Version, Result: "rolled_back", Error: ho.RolledBack})

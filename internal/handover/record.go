@@ -180,6 +180,14 @@ func FDs(rec *hpb.Handover) []int {
 	if s := rec.GetJupyter().GetServer(); s != nil {
 		fds = append(fds, int(s.GetRuntimeDirFd()), int(s.GetConfigDirFd()), int(s.GetOutputFd()))
 	}
+	for _, s := range rec.GetShells() {
+		fds = append(fds, int(s.GetCommandFd()), int(s.GetControlFd()))
+		for _, c := range append(append([]*hpb.ShellCommand{s.GetRunning()}, s.GetQueued()...), s.GetHistory()...) {
+			if c != nil && c.InputFd != nil {
+				fds = append(fds, int(c.GetInputFd()))
+			}
+		}
+	}
 	return fds
 }
 

@@ -10,13 +10,13 @@ import (
 	"github.com/envd-dev/envd/internal/identity"
 )
 
-// withAccounts wraps envd's handler options so that a request naming one of
+// WithAccounts wraps envd's handler options so that a request naming one of
 // accounts in its Basic auth runs as it. The outer interceptor takes such a
 // request's Authorization header away (envd's user interceptor, in the
 // middle, would refuse a name /etc/passwd does not know, and now resolves
 // the default user instead), the inner one then puts the account in place of
 // that user. Every other request goes through envd's resolution unchanged.
-func withAccounts(opts []connect.HandlerOption, accounts []*identity.User) []connect.HandlerOption {
+func WithAccounts(opts []connect.HandlerOption, accounts []*identity.User) []connect.HandlerOption {
 	byName := map[string]*identity.User{}
 	for _, u := range accounts {
 		byName[u.Name] = u

@@ -102,7 +102,7 @@ func New(t testing.TB, o Options) *Server {
 	// As daemon.Run wires it.
 	opts := server.HandlerOptions(log, defs)
 	if len(o.Accounts) > 0 {
-		opts = withAccounts(opts, o.Accounts)
+		opts = WithAccounts(opts, o.Accounts)
 	}
 	path, h := procconnect.NewService(m, defs).Handler(opts...)
 	handler, err := server.New(server.Options{Logger: log, Routes: []server.Route{{Pattern: path, Handler: h}}})

@@ -176,7 +176,11 @@ type Handover struct {
 	// running, and the contexts. Absent: envd ran without code execution.
 	Jupyter *Jupyter `protobuf:"bytes,9,opt,name=jupyter,proto3" json:"jupyter,omitempty"`
 	// watchers are the filesystem watchers polled by id.
-	Watchers      []*Watcher `protobuf:"bytes,10,rep,name=watchers,proto3" json:"watchers,omitempty"`
+	Watchers []*Watcher `protobuf:"bytes,10,rep,name=watchers,proto3" json:"watchers,omitempty"`
+	// shells are the shell sessions alive (their shells are among processes).
+	Shells []*ShellSession `protobuf:"bytes,11,rep,name=shells,proto3" json:"shells,omitempty"`
+	// shell_dir is the shell sessions' private directory; "" for none.
+	ShellDir      string `protobuf:"bytes,12,opt,name=shell_dir,json=shellDir,proto3" json:"shell_dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +283,20 @@ func (x *Handover) GetWatchers() []*Watcher {
 		return x.Watchers
 	}
 	return nil
+}
+
+func (x *Handover) GetShells() []*ShellSession {
+	if x != nil {
+		return x.Shells
+	}
+	return nil
+}
+
+func (x *Handover) GetShellDir() string {
+	if x != nil {
+		return x.ShellDir
+	}
+	return ""
 }
 
 // Listener is one listening socket.
@@ -1624,11 +1642,794 @@ func (x *WatchEvent) GetType() int32 {
 	return 0
 }
 
+// ShellSession is one shell session (internal/shell).
+type ShellSession struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Tag   string                 `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	// user runs the shell (the uid, gid and groups it runs with, as a
+	// process's).
+	User            *ShellUser `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	Pty             bool       `protobuf:"varint,4,opt,name=pty,proto3" json:"pty,omitempty"`
+	CreatedUnixNano int64      `protobuf:"varint,5,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
+	// pid is the shell's: a process of the record.
+	Pid uint32 `protobuf:"varint,6,opt,name=pid,proto3" json:"pid,omitempty"`
+	// Descriptors: the write end of the command pipe, the read end of the
+	// control pipe.
+	CommandFd int32 `protobuf:"varint,7,opt,name=command_fd,json=commandFd,proto3" json:"command_fd,omitempty"`
+	ControlFd int32 `protobuf:"varint,8,opt,name=control_fd,json=controlFd,proto3" json:"control_fd,omitempty"`
+	// seq is the last command's seq; started counts the commands started.
+	Seq     uint64 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
+	Started uint64 `protobuf:"varint,10,opt,name=started,proto3" json:"started,omitempty"`
+	// cwd, env and status are as of the last end message.
+	Cwd    string            `protobuf:"bytes,11,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	Env    map[string]string `protobuf:"bytes,12,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Status int32             `protobuf:"varint,13,opt,name=status,proto3" json:"status,omitempty"`
+	// frontier is the demux's offset in the shell's output log.
+	Frontier int64 `protobuf:"varint,14,opt,name=frontier,proto3" json:"frontier,omitempty"`
+	// closing says why envd ends the session; "" while it does not.
+	Closing string `protobuf:"bytes,15,opt,name=closing,proto3" json:"closing,omitempty"`
+	// sigints counts the SIGINTs the shell was sent, synced those it is
+	// known to be done with.
+	Sigints uint64 `protobuf:"varint,16,opt,name=sigints,proto3" json:"sigints,omitempty"`
+	Synced  uint64 `protobuf:"varint,17,opt,name=synced,proto3" json:"synced,omitempty"`
+	// control_fields and control_partial are what the control reader had of
+	// a message not complete yet.
+	ControlFields  []string `protobuf:"bytes,18,rep,name=control_fields,json=controlFields,proto3" json:"control_fields,omitempty"`
+	ControlPartial []byte   `protobuf:"bytes,19,opt,name=control_partial,json=controlPartial,proto3" json:"control_partial,omitempty"`
+	// running is the command running; queued those waiting, in order;
+	// history the last that ended, oldest first.
+	Running       *ShellCommand   `protobuf:"bytes,20,opt,name=running,proto3" json:"running,omitempty"`
+	Queued        []*ShellCommand `protobuf:"bytes,21,rep,name=queued,proto3" json:"queued,omitempty"`
+	History       []*ShellCommand `protobuf:"bytes,22,rep,name=history,proto3" json:"history,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellSession) Reset() {
+	*x = ShellSession{}
+	mi := &file_envd_handover_v1_handover_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellSession) ProtoMessage() {}
+
+func (x *ShellSession) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_handover_v1_handover_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellSession.ProtoReflect.Descriptor instead.
+func (*ShellSession) Descriptor() ([]byte, []int) {
+	return file_envd_handover_v1_handover_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ShellSession) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ShellSession) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *ShellSession) GetUser() *ShellUser {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+func (x *ShellSession) GetPty() bool {
+	if x != nil {
+		return x.Pty
+	}
+	return false
+}
+
+func (x *ShellSession) GetCreatedUnixNano() int64 {
+	if x != nil {
+		return x.CreatedUnixNano
+	}
+	return 0
+}
+
+func (x *ShellSession) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *ShellSession) GetCommandFd() int32 {
+	if x != nil {
+		return x.CommandFd
+	}
+	return 0
+}
+
+func (x *ShellSession) GetControlFd() int32 {
+	if x != nil {
+		return x.ControlFd
+	}
+	return 0
+}
+
+func (x *ShellSession) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ShellSession) GetStarted() uint64 {
+	if x != nil {
+		return x.Started
+	}
+	return 0
+}
+
+func (x *ShellSession) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *ShellSession) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *ShellSession) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *ShellSession) GetFrontier() int64 {
+	if x != nil {
+		return x.Frontier
+	}
+	return 0
+}
+
+func (x *ShellSession) GetClosing() string {
+	if x != nil {
+		return x.Closing
+	}
+	return ""
+}
+
+func (x *ShellSession) GetSigints() uint64 {
+	if x != nil {
+		return x.Sigints
+	}
+	return 0
+}
+
+func (x *ShellSession) GetSynced() uint64 {
+	if x != nil {
+		return x.Synced
+	}
+	return 0
+}
+
+func (x *ShellSession) GetControlFields() []string {
+	if x != nil {
+		return x.ControlFields
+	}
+	return nil
+}
+
+func (x *ShellSession) GetControlPartial() []byte {
+	if x != nil {
+		return x.ControlPartial
+	}
+	return nil
+}
+
+func (x *ShellSession) GetRunning() *ShellCommand {
+	if x != nil {
+		return x.Running
+	}
+	return nil
+}
+
+func (x *ShellSession) GetQueued() []*ShellCommand {
+	if x != nil {
+		return x.Queued
+	}
+	return nil
+}
+
+func (x *ShellSession) GetHistory() []*ShellCommand {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+// ShellUser is a session's user.
+type ShellUser struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Uid           uint32                 `protobuf:"varint,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid           uint32                 `protobuf:"varint,3,opt,name=gid,proto3" json:"gid,omitempty"`
+	Groups        []uint32               `protobuf:"varint,4,rep,packed,name=groups,proto3" json:"groups,omitempty"`
+	Home          string                 `protobuf:"bytes,5,opt,name=home,proto3" json:"home,omitempty"`
+	Shell         string                 `protobuf:"bytes,6,opt,name=shell,proto3" json:"shell,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellUser) Reset() {
+	*x = ShellUser{}
+	mi := &file_envd_handover_v1_handover_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellUser) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellUser) ProtoMessage() {}
+
+func (x *ShellUser) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_handover_v1_handover_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellUser.ProtoReflect.Descriptor instead.
+func (*ShellUser) Descriptor() ([]byte, []int) {
+	return file_envd_handover_v1_handover_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ShellUser) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ShellUser) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *ShellUser) GetGid() uint32 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
+func (x *ShellUser) GetGroups() []uint32 {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *ShellUser) GetHome() string {
+	if x != nil {
+		return x.Home
+	}
+	return ""
+}
+
+func (x *ShellUser) GetShell() string {
+	if x != nil {
+		return x.Shell
+	}
+	return ""
+}
+
+// ShellCommand is one command of a session.
+type ShellCommand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Text  string                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	Seq   uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Stdin bool                   `protobuf:"varint,4,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// timeout_ns is its timeout (what is left of it, for the command
+	// running); 0: none.
+	TimeoutNs int64 `protobuf:"varint,5,opt,name=timeout_ns,json=timeoutNs,proto3" json:"timeout_ns,omitempty"`
+	// file and input_pipe are names in the shell directory ("" for none).
+	File      string `protobuf:"bytes,6,opt,name=file,proto3" json:"file,omitempty"`
+	InputPipe string `protobuf:"bytes,7,opt,name=input_pipe,json=inputPipe,proto3" json:"input_pipe,omitempty"`
+	// input_fd is envd's end of the input pipe; absent when closed.
+	InputFd *int32 `protobuf:"varint,8,opt,name=input_fd,json=inputFd,proto3,oneof" json:"input_fd,omitempty"`
+	// input_left is the Run's input not written yet; input_opened: the
+	// shell holds the pipe's read end; input_close: close it once it does.
+	InputLeft       []byte         `protobuf:"bytes,9,opt,name=input_left,json=inputLeft,proto3" json:"input_left,omitempty"`
+	InputOpened     bool           `protobuf:"varint,10,opt,name=input_opened,json=inputOpened,proto3" json:"input_opened,omitempty"`
+	InputClose      bool           `protobuf:"varint,11,opt,name=input_close,json=inputClose,proto3" json:"input_close,omitempty"`
+	QueuedUnixNano  int64          `protobuf:"varint,12,opt,name=queued_unix_nano,json=queuedUnixNano,proto3" json:"queued_unix_nano,omitempty"`
+	StartedUnixNano int64          `protobuf:"varint,13,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
+	Nonce           string         `protobuf:"bytes,14,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	Begun           bool           `protobuf:"varint,15,opt,name=begun,proto3" json:"begun,omitempty"`
+	StartOffset     int64          `protobuf:"varint,16,opt,name=start_offset,json=startOffset,proto3" json:"start_offset,omitempty"`
+	Outputs         []*ShellOutput `protobuf:"bytes,17,rep,name=outputs,proto3" json:"outputs,omitempty"`
+	GotEnd          bool           `protobuf:"varint,18,opt,name=got_end,json=gotEnd,proto3" json:"got_end,omitempty"`
+	Status          int32          `protobuf:"varint,19,opt,name=status,proto3" json:"status,omitempty"`
+	// interrupt is why envd interrupts it (shell's EndReason); 0: it does
+	// not.
+	Interrupt           uint32 `protobuf:"varint,20,opt,name=interrupt,proto3" json:"interrupt,omitempty"`
+	InterruptedUnixNano int64  `protobuf:"varint,21,opt,name=interrupted_unix_nano,json=interruptedUnixNano,proto3" json:"interrupted_unix_nano,omitempty"`
+	Signaled            bool   `protobuf:"varint,22,opt,name=signaled,proto3" json:"signaled,omitempty"`
+	Rounds              int32  `protobuf:"varint,23,opt,name=rounds,proto3" json:"rounds,omitempty"`
+	// old are the shell's descendants as it began (pid, start ticks).
+	Old []*ShellProc `protobuf:"bytes,24,rep,name=old,proto3" json:"old,omitempty"`
+	// end is how it ended, for one of history.
+	End           *ShellEnd `protobuf:"bytes,25,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellCommand) Reset() {
+	*x = ShellCommand{}
+	mi := &file_envd_handover_v1_handover_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellCommand) ProtoMessage() {}
+
+func (x *ShellCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_handover_v1_handover_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellCommand.ProtoReflect.Descriptor instead.
+func (*ShellCommand) Descriptor() ([]byte, []int) {
+	return file_envd_handover_v1_handover_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ShellCommand) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ShellCommand) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *ShellCommand) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ShellCommand) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+func (x *ShellCommand) GetTimeoutNs() int64 {
+	if x != nil {
+		return x.TimeoutNs
+	}
+	return 0
+}
+
+func (x *ShellCommand) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *ShellCommand) GetInputPipe() string {
+	if x != nil {
+		return x.InputPipe
+	}
+	return ""
+}
+
+func (x *ShellCommand) GetInputFd() int32 {
+	if x != nil && x.InputFd != nil {
+		return *x.InputFd
+	}
+	return 0
+}
+
+func (x *ShellCommand) GetInputLeft() []byte {
+	if x != nil {
+		return x.InputLeft
+	}
+	return nil
+}
+
+func (x *ShellCommand) GetInputOpened() bool {
+	if x != nil {
+		return x.InputOpened
+	}
+	return false
+}
+
+func (x *ShellCommand) GetInputClose() bool {
+	if x != nil {
+		return x.InputClose
+	}
+	return false
+}
+
+func (x *ShellCommand) GetQueuedUnixNano() int64 {
+	if x != nil {
+		return x.QueuedUnixNano
+	}
+	return 0
+}
+
+func (x *ShellCommand) GetStartedUnixNano() int64 {
+	if x != nil {
+		return x.StartedUnixNano
+	}
+	return 0
+}
+
+func (x *ShellCommand) GetNonce() string {
+	if x != nil {
+		return x.Nonce
+	}
+	return ""
+}
+
+func (x *ShellCommand) GetBegun() bool {
+	if x != nil {
+		return x.Begun
+	}
+	return false
+}
+
+func (x *ShellCommand) GetStartOffset() int64 {
+	if x != nil {
+		return x.StartOffset
+	}
+	return 0
+}
+
+func (x *ShellCommand) GetOutputs() []*ShellOutput {
+	if x != nil {
+		return x.Outputs
+	}
+	return nil
+}
+
+func (x *ShellCommand) GetGotEnd() bool {
+	if x != nil {
+		return x.GotEnd
+	}
+	return false
+}
+
+func (x *ShellCommand) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *ShellCommand) GetInterrupt() uint32 {
+	if x != nil {
+		return x.Interrupt
+	}
+	return 0
+}
+
+func (x *ShellCommand) GetInterruptedUnixNano() int64 {
+	if x != nil {
+		return x.InterruptedUnixNano
+	}
+	return 0
+}
+
+func (x *ShellCommand) GetSignaled() bool {
+	if x != nil {
+		return x.Signaled
+	}
+	return false
+}
+
+func (x *ShellCommand) GetRounds() int32 {
+	if x != nil {
+		return x.Rounds
+	}
+	return 0
+}
+
+func (x *ShellCommand) GetOld() []*ShellProc {
+	if x != nil {
+		return x.Old
+	}
+	return nil
+}
+
+func (x *ShellCommand) GetEnd() *ShellEnd {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+// ShellOutput is the demux's view of one output kind of a command.
+type ShellOutput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Found         bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	EndOffset     int64                  `protobuf:"varint,3,opt,name=end_offset,json=endOffset,proto3" json:"end_offset,omitempty"`
+	HeldOffset    int64                  `protobuf:"varint,4,opt,name=held_offset,json=heldOffset,proto3" json:"held_offset,omitempty"`
+	Held          []byte                 `protobuf:"bytes,5,opt,name=held,proto3" json:"held,omitempty"`
+	Bytes         int64                  `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellOutput) Reset() {
+	*x = ShellOutput{}
+	mi := &file_envd_handover_v1_handover_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellOutput) ProtoMessage() {}
+
+func (x *ShellOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_handover_v1_handover_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellOutput.ProtoReflect.Descriptor instead.
+func (*ShellOutput) Descriptor() ([]byte, []int) {
+	return file_envd_handover_v1_handover_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ShellOutput) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *ShellOutput) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *ShellOutput) GetEndOffset() int64 {
+	if x != nil {
+		return x.EndOffset
+	}
+	return 0
+}
+
+func (x *ShellOutput) GetHeldOffset() int64 {
+	if x != nil {
+		return x.HeldOffset
+	}
+	return 0
+}
+
+func (x *ShellOutput) GetHeld() []byte {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+func (x *ShellOutput) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+// ShellProc is a process, told apart from a later one with its pid.
+type ShellProc struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pid           int32                  `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	Start         uint64                 `protobuf:"varint,2,opt,name=start,proto3" json:"start,omitempty"`
+	Comm          string                 `protobuf:"bytes,3,opt,name=comm,proto3" json:"comm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellProc) Reset() {
+	*x = ShellProc{}
+	mi := &file_envd_handover_v1_handover_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellProc) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellProc) ProtoMessage() {}
+
+func (x *ShellProc) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_handover_v1_handover_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellProc.ProtoReflect.Descriptor instead.
+func (*ShellProc) Descriptor() ([]byte, []int) {
+	return file_envd_handover_v1_handover_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ShellProc) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *ShellProc) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *ShellProc) GetComm() string {
+	if x != nil {
+		return x.Comm
+	}
+	return ""
+}
+
+// ShellEnd is how a command ended.
+type ShellEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        uint32                 `protobuf:"varint,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	ExitCode      int32                  `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Signal        int32                  `protobuf:"varint,3,opt,name=signal,proto3" json:"signal,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	DurationNs    int64                  `protobuf:"varint,5,opt,name=duration_ns,json=durationNs,proto3" json:"duration_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellEnd) Reset() {
+	*x = ShellEnd{}
+	mi := &file_envd_handover_v1_handover_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellEnd) ProtoMessage() {}
+
+func (x *ShellEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_envd_handover_v1_handover_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellEnd.ProtoReflect.Descriptor instead.
+func (*ShellEnd) Descriptor() ([]byte, []int) {
+	return file_envd_handover_v1_handover_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ShellEnd) GetReason() uint32 {
+	if x != nil {
+		return x.Reason
+	}
+	return 0
+}
+
+func (x *ShellEnd) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *ShellEnd) GetSignal() int32 {
+	if x != nil {
+		return x.Signal
+	}
+	return 0
+}
+
+func (x *ShellEnd) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ShellEnd) GetDurationNs() int64 {
+	if x != nil {
+		return x.DurationNs
+	}
+	return 0
+}
+
 var File_envd_handover_v1_handover_proto protoreflect.FileDescriptor
 
 const file_envd_handover_v1_handover_proto_rawDesc = "" +
 	"\n" +
-	"\x1fenvd/handover/v1/handover.proto\x12\x10envd.handover.v1\"\xea\x03\n" +
+	"\x1fenvd/handover/v1/handover.proto\x12\x10envd.handover.v1\"\xbf\x04\n" +
 	"\bHandover\x12\x16\n" +
 	"\x06schema\x18\x01 \x01(\rR\x06schema\x12!\n" +
 	"\ffrom_version\x18\x02 \x01(\tR\vfromVersion\x12*\n" +
@@ -1640,7 +2441,9 @@ const file_envd_handover_v1_handover_proto_rawDesc = "" +
 	"\x05ended\x18\b \x03(\v2\x1e.envd.handover.v1.EndedProcessR\x05ended\x123\n" +
 	"\ajupyter\x18\t \x01(\v2\x19.envd.handover.v1.JupyterR\ajupyter\x125\n" +
 	"\bwatchers\x18\n" +
-	" \x03(\v2\x19.envd.handover.v1.WatcherR\bwatchers\"\xb9\x01\n" +
+	" \x03(\v2\x19.envd.handover.v1.WatcherR\bwatchers\x126\n" +
+	"\x06shells\x18\v \x03(\v2\x1e.envd.handover.v1.ShellSessionR\x06shells\x12\x1b\n" +
+	"\tshell_dir\x18\f \x01(\tR\bshellDir\"\xb9\x01\n" +
 	"\bListener\x12\x0e\n" +
 	"\x02fd\x18\x01 \x01(\x05R\x02fd\x123\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x1f.envd.handover.v1.Listener.RoleR\x04role\x12\x12\n" +
@@ -1792,7 +2595,95 @@ const file_envd_handover_v1_handover_proto_rawDesc = "" +
 	"\n" +
 	"WatchEvent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04type\x18\x02 \x01(\x05R\x04type*\xc3\x01\n" +
+	"\x04type\x18\x02 \x01(\x05R\x04type\"\x9c\x06\n" +
+	"\fShellSession\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03tag\x18\x02 \x01(\tR\x03tag\x12/\n" +
+	"\x04user\x18\x03 \x01(\v2\x1b.envd.handover.v1.ShellUserR\x04user\x12\x10\n" +
+	"\x03pty\x18\x04 \x01(\bR\x03pty\x12*\n" +
+	"\x11created_unix_nano\x18\x05 \x01(\x03R\x0fcreatedUnixNano\x12\x10\n" +
+	"\x03pid\x18\x06 \x01(\rR\x03pid\x12\x1d\n" +
+	"\n" +
+	"command_fd\x18\a \x01(\x05R\tcommandFd\x12\x1d\n" +
+	"\n" +
+	"control_fd\x18\b \x01(\x05R\tcontrolFd\x12\x10\n" +
+	"\x03seq\x18\t \x01(\x04R\x03seq\x12\x18\n" +
+	"\astarted\x18\n" +
+	" \x01(\x04R\astarted\x12\x10\n" +
+	"\x03cwd\x18\v \x01(\tR\x03cwd\x129\n" +
+	"\x03env\x18\f \x03(\v2'.envd.handover.v1.ShellSession.EnvEntryR\x03env\x12\x16\n" +
+	"\x06status\x18\r \x01(\x05R\x06status\x12\x1a\n" +
+	"\bfrontier\x18\x0e \x01(\x03R\bfrontier\x12\x18\n" +
+	"\aclosing\x18\x0f \x01(\tR\aclosing\x12\x18\n" +
+	"\asigints\x18\x10 \x01(\x04R\asigints\x12\x16\n" +
+	"\x06synced\x18\x11 \x01(\x04R\x06synced\x12%\n" +
+	"\x0econtrol_fields\x18\x12 \x03(\tR\rcontrolFields\x12'\n" +
+	"\x0fcontrol_partial\x18\x13 \x01(\fR\x0econtrolPartial\x128\n" +
+	"\arunning\x18\x14 \x01(\v2\x1e.envd.handover.v1.ShellCommandR\arunning\x126\n" +
+	"\x06queued\x18\x15 \x03(\v2\x1e.envd.handover.v1.ShellCommandR\x06queued\x128\n" +
+	"\ahistory\x18\x16 \x03(\v2\x1e.envd.handover.v1.ShellCommandR\ahistory\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x01\n" +
+	"\tShellUser\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03uid\x18\x02 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\x03 \x01(\rR\x03gid\x12\x16\n" +
+	"\x06groups\x18\x04 \x03(\rR\x06groups\x12\x12\n" +
+	"\x04home\x18\x05 \x01(\tR\x04home\x12\x14\n" +
+	"\x05shell\x18\x06 \x01(\tR\x05shell\"\xae\x06\n" +
+	"\fShellCommand\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05stdin\x18\x04 \x01(\bR\x05stdin\x12\x1d\n" +
+	"\n" +
+	"timeout_ns\x18\x05 \x01(\x03R\ttimeoutNs\x12\x12\n" +
+	"\x04file\x18\x06 \x01(\tR\x04file\x12\x1d\n" +
+	"\n" +
+	"input_pipe\x18\a \x01(\tR\tinputPipe\x12\x1e\n" +
+	"\binput_fd\x18\b \x01(\x05H\x00R\ainputFd\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"input_left\x18\t \x01(\fR\tinputLeft\x12!\n" +
+	"\finput_opened\x18\n" +
+	" \x01(\bR\vinputOpened\x12\x1f\n" +
+	"\vinput_close\x18\v \x01(\bR\n" +
+	"inputClose\x12(\n" +
+	"\x10queued_unix_nano\x18\f \x01(\x03R\x0equeuedUnixNano\x12*\n" +
+	"\x11started_unix_nano\x18\r \x01(\x03R\x0fstartedUnixNano\x12\x14\n" +
+	"\x05nonce\x18\x0e \x01(\tR\x05nonce\x12\x14\n" +
+	"\x05begun\x18\x0f \x01(\bR\x05begun\x12!\n" +
+	"\fstart_offset\x18\x10 \x01(\x03R\vstartOffset\x127\n" +
+	"\aoutputs\x18\x11 \x03(\v2\x1d.envd.handover.v1.ShellOutputR\aoutputs\x12\x17\n" +
+	"\agot_end\x18\x12 \x01(\bR\x06gotEnd\x12\x16\n" +
+	"\x06status\x18\x13 \x01(\x05R\x06status\x12\x1c\n" +
+	"\tinterrupt\x18\x14 \x01(\rR\tinterrupt\x122\n" +
+	"\x15interrupted_unix_nano\x18\x15 \x01(\x03R\x13interruptedUnixNano\x12\x1a\n" +
+	"\bsignaled\x18\x16 \x01(\bR\bsignaled\x12\x16\n" +
+	"\x06rounds\x18\x17 \x01(\x05R\x06rounds\x12-\n" +
+	"\x03old\x18\x18 \x03(\v2\x1b.envd.handover.v1.ShellProcR\x03old\x12,\n" +
+	"\x03end\x18\x19 \x01(\v2\x1a.envd.handover.v1.ShellEndR\x03endB\v\n" +
+	"\t_input_fd\"\xa1\x01\n" +
+	"\vShellOutput\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x14\n" +
+	"\x05found\x18\x02 \x01(\bR\x05found\x12\x1d\n" +
+	"\n" +
+	"end_offset\x18\x03 \x01(\x03R\tendOffset\x12\x1f\n" +
+	"\vheld_offset\x18\x04 \x01(\x03R\n" +
+	"heldOffset\x12\x12\n" +
+	"\x04held\x18\x05 \x01(\fR\x04held\x12\x14\n" +
+	"\x05bytes\x18\x06 \x01(\x03R\x05bytes\"G\n" +
+	"\tShellProc\x12\x10\n" +
+	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x14\n" +
+	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x12\n" +
+	"\x04comm\x18\x03 \x01(\tR\x04comm\"\x92\x01\n" +
+	"\bShellEnd\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\rR\x06reason\x12\x1b\n" +
+	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06signal\x18\x03 \x01(\x05R\x06signal\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1f\n" +
+	"\vduration_ns\x18\x05 \x01(\x03R\n" +
+	"durationNs*\xc3\x01\n" +
 	"\tEndReason\x12\x1a\n" +
 	"\x16END_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11END_REASON_EXITED\x10\x01\x12\x17\n" +
@@ -1815,7 +2706,7 @@ func file_envd_handover_v1_handover_proto_rawDescGZIP() []byte {
 }
 
 var file_envd_handover_v1_handover_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_envd_handover_v1_handover_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_envd_handover_v1_handover_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_envd_handover_v1_handover_proto_goTypes = []any{
 	(EndReason)(0),        // 0: envd.handover.v1.EndReason
 	(Listener_Role)(0),    // 1: envd.handover.v1.Listener.Role
@@ -1835,10 +2726,17 @@ var file_envd_handover_v1_handover_proto_goTypes = []any{
 	(*CodeNotice)(nil),    // 15: envd.handover.v1.CodeNotice
 	(*Watcher)(nil),       // 16: envd.handover.v1.Watcher
 	(*WatchEvent)(nil),    // 17: envd.handover.v1.WatchEvent
-	nil,                   // 18: envd.handover.v1.Settings.InitEnvEntry
-	nil,                   // 19: envd.handover.v1.Settings.HostEnvEntry
-	nil,                   // 20: envd.handover.v1.Command.EnvsEntry
-	nil,                   // 21: envd.handover.v1.CodeContext.GlobalEnvEntry
+	(*ShellSession)(nil),  // 18: envd.handover.v1.ShellSession
+	(*ShellUser)(nil),     // 19: envd.handover.v1.ShellUser
+	(*ShellCommand)(nil),  // 20: envd.handover.v1.ShellCommand
+	(*ShellOutput)(nil),   // 21: envd.handover.v1.ShellOutput
+	(*ShellProc)(nil),     // 22: envd.handover.v1.ShellProc
+	(*ShellEnd)(nil),      // 23: envd.handover.v1.ShellEnd
+	nil,                   // 24: envd.handover.v1.Settings.InitEnvEntry
+	nil,                   // 25: envd.handover.v1.Settings.HostEnvEntry
+	nil,                   // 26: envd.handover.v1.Command.EnvsEntry
+	nil,                   // 27: envd.handover.v1.CodeContext.GlobalEnvEntry
+	nil,                   // 28: envd.handover.v1.ShellSession.EnvEntry
 }
 var file_envd_handover_v1_handover_proto_depIdxs = []int32{
 	3,  // 0: envd.handover.v1.Handover.listeners:type_name -> envd.handover.v1.Listener
@@ -1847,30 +2745,39 @@ var file_envd_handover_v1_handover_proto_depIdxs = []int32{
 	11, // 3: envd.handover.v1.Handover.ended:type_name -> envd.handover.v1.EndedProcess
 	12, // 4: envd.handover.v1.Handover.jupyter:type_name -> envd.handover.v1.Jupyter
 	16, // 5: envd.handover.v1.Handover.watchers:type_name -> envd.handover.v1.Watcher
-	1,  // 6: envd.handover.v1.Listener.role:type_name -> envd.handover.v1.Listener.Role
-	18, // 7: envd.handover.v1.Settings.init_env:type_name -> envd.handover.v1.Settings.InitEnvEntry
-	19, // 8: envd.handover.v1.Settings.host_env:type_name -> envd.handover.v1.Settings.HostEnvEntry
-	20, // 9: envd.handover.v1.Command.envs:type_name -> envd.handover.v1.Command.EnvsEntry
-	7,  // 10: envd.handover.v1.Output.records:type_name -> envd.handover.v1.Record
-	0,  // 11: envd.handover.v1.Exit.reason:type_name -> envd.handover.v1.EndReason
-	0,  // 12: envd.handover.v1.SentSignal.why:type_name -> envd.handover.v1.EndReason
-	5,  // 13: envd.handover.v1.Process.command:type_name -> envd.handover.v1.Command
-	6,  // 14: envd.handover.v1.Process.output:type_name -> envd.handover.v1.Output
-	9,  // 15: envd.handover.v1.Process.sent:type_name -> envd.handover.v1.SentSignal
-	8,  // 16: envd.handover.v1.Process.reaped:type_name -> envd.handover.v1.Exit
-	5,  // 17: envd.handover.v1.EndedProcess.command:type_name -> envd.handover.v1.Command
-	8,  // 18: envd.handover.v1.EndedProcess.exit:type_name -> envd.handover.v1.Exit
-	6,  // 19: envd.handover.v1.EndedProcess.output:type_name -> envd.handover.v1.Output
-	13, // 20: envd.handover.v1.Jupyter.server:type_name -> envd.handover.v1.JupyterServer
-	14, // 21: envd.handover.v1.Jupyter.contexts:type_name -> envd.handover.v1.CodeContext
-	21, // 22: envd.handover.v1.CodeContext.global_env:type_name -> envd.handover.v1.CodeContext.GlobalEnvEntry
-	15, // 23: envd.handover.v1.CodeContext.notices:type_name -> envd.handover.v1.CodeNotice
-	17, // 24: envd.handover.v1.Watcher.events:type_name -> envd.handover.v1.WatchEvent
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	18, // 6: envd.handover.v1.Handover.shells:type_name -> envd.handover.v1.ShellSession
+	1,  // 7: envd.handover.v1.Listener.role:type_name -> envd.handover.v1.Listener.Role
+	24, // 8: envd.handover.v1.Settings.init_env:type_name -> envd.handover.v1.Settings.InitEnvEntry
+	25, // 9: envd.handover.v1.Settings.host_env:type_name -> envd.handover.v1.Settings.HostEnvEntry
+	26, // 10: envd.handover.v1.Command.envs:type_name -> envd.handover.v1.Command.EnvsEntry
+	7,  // 11: envd.handover.v1.Output.records:type_name -> envd.handover.v1.Record
+	0,  // 12: envd.handover.v1.Exit.reason:type_name -> envd.handover.v1.EndReason
+	0,  // 13: envd.handover.v1.SentSignal.why:type_name -> envd.handover.v1.EndReason
+	5,  // 14: envd.handover.v1.Process.command:type_name -> envd.handover.v1.Command
+	6,  // 15: envd.handover.v1.Process.output:type_name -> envd.handover.v1.Output
+	9,  // 16: envd.handover.v1.Process.sent:type_name -> envd.handover.v1.SentSignal
+	8,  // 17: envd.handover.v1.Process.reaped:type_name -> envd.handover.v1.Exit
+	5,  // 18: envd.handover.v1.EndedProcess.command:type_name -> envd.handover.v1.Command
+	8,  // 19: envd.handover.v1.EndedProcess.exit:type_name -> envd.handover.v1.Exit
+	6,  // 20: envd.handover.v1.EndedProcess.output:type_name -> envd.handover.v1.Output
+	13, // 21: envd.handover.v1.Jupyter.server:type_name -> envd.handover.v1.JupyterServer
+	14, // 22: envd.handover.v1.Jupyter.contexts:type_name -> envd.handover.v1.CodeContext
+	27, // 23: envd.handover.v1.CodeContext.global_env:type_name -> envd.handover.v1.CodeContext.GlobalEnvEntry
+	15, // 24: envd.handover.v1.CodeContext.notices:type_name -> envd.handover.v1.CodeNotice
+	17, // 25: envd.handover.v1.Watcher.events:type_name -> envd.handover.v1.WatchEvent
+	19, // 26: envd.handover.v1.ShellSession.user:type_name -> envd.handover.v1.ShellUser
+	28, // 27: envd.handover.v1.ShellSession.env:type_name -> envd.handover.v1.ShellSession.EnvEntry
+	20, // 28: envd.handover.v1.ShellSession.running:type_name -> envd.handover.v1.ShellCommand
+	20, // 29: envd.handover.v1.ShellSession.queued:type_name -> envd.handover.v1.ShellCommand
+	20, // 30: envd.handover.v1.ShellSession.history:type_name -> envd.handover.v1.ShellCommand
+	21, // 31: envd.handover.v1.ShellCommand.outputs:type_name -> envd.handover.v1.ShellOutput
+	22, // 32: envd.handover.v1.ShellCommand.old:type_name -> envd.handover.v1.ShellProc
+	23, // 33: envd.handover.v1.ShellCommand.end:type_name -> envd.handover.v1.ShellEnd
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_envd_handover_v1_handover_proto_init() }
@@ -1882,13 +2789,14 @@ func file_envd_handover_v1_handover_proto_init() {
 	file_envd_handover_v1_handover_proto_msgTypes[6].OneofWrappers = []any{}
 	file_envd_handover_v1_handover_proto_msgTypes[8].OneofWrappers = []any{}
 	file_envd_handover_v1_handover_proto_msgTypes[9].OneofWrappers = []any{}
+	file_envd_handover_v1_handover_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_envd_handover_v1_handover_proto_rawDesc), len(file_envd_handover_v1_handover_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -15,9 +15,9 @@
 // marker, no final newline).
 //
 // A command reads end-of-file on stdin unless its Run asked for input.
-// A timeout or Interrupt ends the command's whole process tree (not the
-// processes earlier commands left in the background) and the session stays
-// usable; a command that ends the shell (exit, exec, kill $$) ends the
+// A timeout or Interrupt ends the command's whole process tree, its own
+// background jobs included (not the processes earlier commands left in
+// the background), and the session stays usable; a command that ends the shell (exit, exec, kill -9 $$) ends the
 // session, and its stream says so. Sessions outlive their clients and
 // envd's live upgrade; in strict mode a user sees and reaches only the
 // sessions of that user.
@@ -1000,9 +1000,13 @@ func (x *ConnectResponse) GetEvent() *Event {
 }
 
 type SendInputRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Data      []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// command_id, when set, sends the input only if that command is the one
+	// running now (failed_precondition otherwise): input meant for a
+	// command that just ended never reaches the next.
+	CommandId     string `protobuf:"bytes,3,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1051,6 +1055,13 @@ func (x *SendInputRequest) GetData() []byte {
 	return nil
 }
 
+func (x *SendInputRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
 type SendInputResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1088,8 +1099,11 @@ func (*SendInputResponse) Descriptor() ([]byte, []int) {
 }
 
 type CloseInputRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// command_id, when set, closes the stdin only of that command, if it
+	// is the one running now (failed_precondition otherwise).
+	CommandId     string `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1131,6 +1145,13 @@ func (x *CloseInputRequest) GetSessionId() string {
 	return ""
 }
 
+func (x *CloseInputRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
 type CloseInputResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1168,8 +1189,12 @@ func (*CloseInputResponse) Descriptor() ([]byte, []int) {
 }
 
 type InterruptRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// command_id, when set, interrupts only that command: the one running
+	// now, or one still waiting, which then never starts (its stream ends
+	// with INTERRUPTED). A command that has ended is left alone.
+	CommandId     string `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1211,9 +1236,17 @@ func (x *InterruptRequest) GetSessionId() string {
 	return ""
 }
 
+func (x *InterruptRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
 type InterruptResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// interrupted is false when no command was running.
+	// interrupted is false when no command was running (or the command
+	// named had ended).
 	Interrupted   bool `protobuf:"varint,1,opt,name=interrupted,proto3" json:"interrupted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1789,19 +1822,25 @@ const file_envd_shell_v1_shell_proto_rawDesc = "" +
 	"\n" +
 	"command_id\x18\x02 \x01(\tR\tcommandId\"=\n" +
 	"\x0fConnectResponse\x12*\n" +
-	"\x05event\x18\x01 \x01(\v2\x14.envd.shell.v1.EventR\x05event\"E\n" +
+	"\x05event\x18\x01 \x01(\v2\x14.envd.shell.v1.EventR\x05event\"d\n" +
 	"\x10SendInputRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\x13\n" +
-	"\x11SendInputResponse\"2\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x03 \x01(\tR\tcommandId\"\x13\n" +
+	"\x11SendInputResponse\"Q\n" +
 	"\x11CloseInputRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"\x14\n" +
-	"\x12CloseInputResponse\"1\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\"\x14\n" +
+	"\x12CloseInputResponse\"P\n" +
 	"\x10InterruptRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"5\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\"5\n" +
 	"\x11InterruptResponse\x12 \n" +
 	"\vinterrupted\x18\x01 \x01(\bR\vinterrupted\"-\n" +
 	"\fStateRequest\x12\x1d\n" +

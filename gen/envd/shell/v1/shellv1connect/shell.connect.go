@@ -15,9 +15,9 @@
 // marker, no final newline).
 //
 // A command reads end-of-file on stdin unless its Run asked for input.
-// A timeout or Interrupt ends the command's whole process tree (not the
-// processes earlier commands left in the background) and the session stays
-// usable; a command that ends the shell (exit, exec, kill $$) ends the
+// A timeout or Interrupt ends the command's whole process tree, its own
+// background jobs included (not the processes earlier commands left in
+// the background), and the session stays usable; a command that ends the shell (exit, exec, kill -9 $$) ends the
 // session, and its stream says so. Sessions outlive their clients and
 // envd's live upgrade; in strict mode a user sees and reaches only the
 // sessions of that user.
