@@ -1,8 +1,9 @@
 // Package client is the Go client of envd, the agent inside a sandbox: it
-// starts processes and streams their output, moves files in and out, runs
-// code in stateful contexts, manages the sandbox's packages (pip, npm, R,
-// apt), lists the sandbox's TCP listeners and how they are forwarded, and
-// reads the health and metrics of the sandbox.
+// starts processes and streams their output, runs commands in persistent
+// shell sessions, moves files in and out, runs code in stateful contexts,
+// manages the sandbox's packages (pip, npm, R, apt), lists the sandbox's
+// TCP listeners and how they are forwarded, and reads the health and
+// metrics of the sandbox.
 //
 // A Client reaches envd over TCP, a unix socket, AF_VSOCK, or the host side
 // of a Firecracker vsock device (see Dialer). The zero Client talks to
@@ -39,6 +40,7 @@ import (
 	"github.com/envd-dev/envd/gen/envd/interpreter/v1/interpreterv1connect"
 	"github.com/envd-dev/envd/gen/envd/packages/v1/packagesv1connect"
 	"github.com/envd-dev/envd/gen/envd/ports/v1/portsv1connect"
+	"github.com/envd-dev/envd/gen/envd/shell/v1/shellv1connect"
 	"github.com/envd-dev/envd/gen/filesystem/filesystemconnect"
 	"github.com/envd-dev/envd/gen/process/processconnect"
 	"github.com/envd-dev/envd/wirecodec"
@@ -100,6 +102,10 @@ type Client struct {
 	code   interpreterv1connect.InterpreterServiceClient
 	pkgs   packagesv1connect.PackageServiceClient
 	ports  portsv1connect.PortServiceClient
+	shell  shellv1connect.ShellServiceClient
+	// shellOut: Run and Connect of shell commands: shell, or over bulkHC
+	// (OutputHTTP1).
+	shellOut shellv1connect.ShellServiceClient
 	// dial opens a tracked connection to envd, TLS included when tls
 	// (DialPort's own connections).
 	dial func(ctx context.Context) (net.Conn, error)
@@ -239,6 +245,11 @@ func (c *Client) init() {
 		c.code = interpreterv1connect.NewInterpreterServiceClient(c.rpcHC, c.base, opts...)
 		c.pkgs = packagesv1connect.NewPackageServiceClient(c.rpcHC, c.base, opts...)
 		c.ports = portsv1connect.NewPortServiceClient(c.rpcHC, c.base, opts...)
+		c.shell = shellv1connect.NewShellServiceClient(c.rpcHC, c.base, opts...)
+		c.shellOut = c.shell
+		if c.opts.OutputHTTP1 {
+			c.shellOut = shellv1connect.NewShellServiceClient(c.bulkHC, c.base, opts...)
+		}
 	})
 }
 

@@ -369,3 +369,68 @@ func ExampleClient_InstallPackages() {
 		fmt.Printf("context %s: %s\n", s.ContextID, s.Message)
 	}
 }
+
+func ExampleShellSession_Run() {
+	ctx := context.Background()
+	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR")})
+	defer c.Close()
+
+	s, err := c.CreateShell(ctx, client.ShellOptions{Dir: "/tmp"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close(ctx)
+
+	// What one command sets is there for the next.
+	if _, err := s.Run(ctx, "cd / && export GREETING=hello", client.ShellRunOptions{}); err != nil {
+		log.Fatal(err)
+	}
+	res, err := s.Run(ctx, "echo $GREETING from $(pwd); echo oops >&2; false", client.ShellRunOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("stdout %q, stderr %q, exit code %d\n", res.Stdout, res.Stderr, res.ExitCode)
+
+	// A timeout ends the command, not the session.
+	res, err = s.Run(ctx, "sleep 60", client.ShellRunOptions{Timeout: 100 * time.Millisecond})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Reason)
+	// Output:
+	// stdout "hello from /\n", stderr "oops\n", exit code 1
+	// timed out
+}
+
+func ExampleShellSession_Start() {
+	ctx := context.Background()
+	c := client.New(client.Options{Addr: os.Getenv("ENVD_ADDR")})
+	defer c.Close()
+
+	s, err := c.CreateShell(ctx, client.ShellOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close(ctx)
+
+	// Output arrives in chunks as the command writes it.
+	cmd, err := s.Start(ctx, "for i in 1 2 3; do echo line $i; done; exit 4", client.ShellRunOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var lines int
+	for ev, err := range cmd.Events() {
+		if err != nil {
+			log.Fatal(err)
+		}
+		lines += strings.Count(string(ev.Data), "\n")
+	}
+	res, err := cmd.Wait()
+	if err != nil {
+		log.Fatal(err)
+	}
+	// exit ended the shell itself: the session is over.
+	fmt.Println(lines, "lines;", res.Reason, "with status", res.ExitCode)
+	// Output:
+	// 3 lines; session ended with status 4
+}

@@ -215,3 +215,55 @@ type queuedJSON struct {
 	Type   string `json:"type"` // "queued"
 	Behind string `json:"behind_execution_id"`
 }
+
+// shellJSON is what shell list --json prints for each session.
+type shellJSON struct {
+	ID       string    `json:"id"`
+	Tag      string    `json:"tag,omitempty"`
+	User     string    `json:"user"`
+	PID      uint32    `json:"pid"`
+	PTY      bool      `json:"pty"`
+	Busy     bool      `json:"busy"`
+	Commands uint64    `json:"commands"`
+	Created  time.Time `json:"created,omitzero"`
+}
+
+func toShellJSON(s client.ShellInfo) shellJSON {
+	return shellJSON{
+		ID: s.ID, Tag: s.Tag, User: s.User, PID: s.PID, PTY: s.PTY, Busy: s.Busy,
+		Commands: s.Commands, Created: s.Created.UTC(),
+	}
+}
+
+// shellStateJSON is what shell state --json prints: the session, and its
+// shell's cwd, exported environment and commands.
+type shellStateJSON struct {
+	shellJSON
+	Cwd          string            `json:"cwd"`
+	Env          map[string]string `json:"env"`
+	Running      *shellCommandJSON `json:"running,omitempty"`
+	Queued       int               `json:"queued"`
+	LastExitCode int               `json:"last_exit_code"`
+}
+
+type shellCommandJSON struct {
+	CommandID string    `json:"command_id"`
+	Seq       uint64    `json:"seq"`
+	Command   string    `json:"command"`
+	Started   time.Time `json:"started,omitzero"`
+}
+
+func toShellStateJSON(st *client.ShellState) shellStateJSON {
+	env := st.Env
+	if env == nil {
+		env = map[string]string{}
+	}
+	out := shellStateJSON{
+		shellJSON: toShellJSON(st.ShellInfo), Cwd: st.Dir, Env: env,
+		Queued: st.Queued, LastExitCode: st.LastExitCode,
+	}
+	if r := st.Running; r != nil {
+		out.Running = &shellCommandJSON{CommandID: r.ID, Seq: r.Seq, Command: r.Command, Started: r.Started.UTC()}
+	}
+	return out
+}

@@ -1,10 +1,10 @@
 // Command envctl talks to envd, the agent inside a sandbox, to debug it: run
-// commands, copy, move and remove files both ways, watch directories, run
-// code in stateful contexts and list, restart or remove those contexts,
-// manage packages (pip, npm, R, apt), list the sandbox's TCP listeners and
-// their forwarding, forward local ports into the sandbox, check health,
-// the token, and metrics. `envctl completion bash|zsh|fish` prints a shell
-// completion script.
+// commands, alone or in persistent shell sessions, copy, move and remove
+// files both ways, watch directories, run code in stateful contexts and
+// list, restart or remove those contexts, manage packages (pip, npm, R,
+// apt), list the sandbox's TCP listeners and their forwarding, forward
+// local ports into the sandbox, check health, the token, and metrics.
+// `envctl completion bash|zsh|fish` prints a shell completion script.
 // It reaches envd over TCP, a unix socket, AF_VSOCK, or the host side of a
 // Firecracker vsock device, through the client package (and the buildinfo
 // package for its --version line: the version envd -version prints); it
@@ -29,6 +29,10 @@
 // signal N ended it), 127 when the command does not exist, 126 when it
 // cannot be run (not executable, a working directory it cannot use), and
 // 2, 3 or 125 as above when it did not start for those reasons.
+// `envctl shell run` (and `shell attach`, with its last command's) exits
+// with the command's status as bash gives it ($?, 128+N when signal N
+// ended it), 124 when it ran out of its --timeout, 130 when it was
+// interrupted, and when the command ended the session, the shell's status.
 package main
 
 import (
@@ -74,7 +78,7 @@ type command struct {
 }
 
 var commands = []*command{
-	runCommand, psCommand, killCommand,
+	runCommand, psCommand, killCommand, shellCommand,
 	lsCommand, statCommand, catCommand, cpCommand, mvCommand, rmCommand, mkdirCommand, watchCommand,
 	execCodeCommand, languagesCommand, contextsCommand, pkgCommand, portsCommand, forwardCommand,
 	healthCommand, metricsCommand, envsCommand, completionCommand,
@@ -439,6 +443,9 @@ exit codes:
   125  envctl itself failed, or envd could not be reached; any other error
   run exits with the process's code (128+N for signal N), 127 when the
   command does not exist, 126 when it cannot be run.
+  shell run exits with the command's status ($?: 128+N for signal N), 124
+  when it ran out of its --timeout, 130 when it was interrupted, the
+  shell's status when the command ended the session.
 
 Run envctl help COMMAND for a command's flags; envctl --version for the version.
 `)

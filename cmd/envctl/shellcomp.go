@@ -16,7 +16,7 @@ import (
 // command table, so it names every command, alias and flag envctl has.
 // Commands and flags complete everywhere, the words a flag takes where
 // envctl knows them (--manager, --signal, --family, --lang), subcommands
-// (pkg, contexts), and the arguments of commands that take paths (local
+// (pkg, contexts, shell), and the arguments of commands that take paths (local
 // ones, and the sandbox's, which the shell cannot list) fall back to the
 // shell's own file completion.
 
