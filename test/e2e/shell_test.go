@@ -10,13 +10,16 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/envd-dev/envd/client"
 	shpb "github.com/envd-dev/envd/gen/envd/shell/v1"
 	"github.com/envd-dev/envd/gen/envd/shell/v1/shellv1connect"
+	"github.com/envd-dev/envd/internal/testutil"
 )
 
 // Shell sessions (envd.shell.v1) through the real binary and the public Go
@@ -313,4 +316,97 @@ func TestShellStrictUsers(t *testing.T) {
 	// Root reaches both.
 	wantShell(t, "root in user's session", shellRun(t, root.ShellSession(userShell.ID), `id -un`, client.ShellRunOptions{}), 0, "user\n", "")
 	wantShell(t, "root in guest's session", shellRun(t, root.ShellSession(guestShell.ID), `id -un`, client.ShellRunOptions{}), 0, guestName+"\n", "")
+}
+
+// TestShellInterruptTree: Interrupt and a timeout end the command's whole
+// process tree (a pipeline, a subshell, its own background job, which
+// ignores SIGINT, a process that left the group) and nothing older: a job
+// an earlier command left in the background runs on, and so does the
+// session, with its state.
+func TestShellInterruptTree(t *testing.T) {
+	t.Parallel()
+	e := startEnvd(t, startOptions{})
+	c := client.New(client.Options{Addr: e.url})
+	defer c.Close()
+	s, err := c.CreateShell(callCtx(t), client.ShellOptions{Dir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	res := shellRun(t, s, `export KEEP=kept; sleep 3000 & echo $!`, client.ShellRunOptions{})
+	var bgPid int
+	if _, err := fmt.Sscan(string(res.Stdout), &bgPid); err != nil || bgPid == 0 {
+		t.Fatalf("the earlier job's pid: %q", res.Stdout)
+	}
+	bg, _ := readProc(bgPid)
+	defer syscall.Kill(bgPid, syscall.SIGKILL)
+	st, err := s.State(callCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shellPid := int(st.PID)
+	sleeps := func() []proc {
+		var out []proc
+		for _, p := range descendants(shellPid) {
+			if p.Comm == "sleep" && p.Pid != bgPid {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	const tree = `sleep 3001 & setsid sleep 3002 & (sleep 3003; true) | cat; echo not-reached`
+	for _, how := range []string{"interrupt", "timeout"} {
+		o := client.ShellRunOptions{}
+		if how == "timeout" {
+			o.Timeout = 8 * time.Second // the sleeps are seen before it runs out
+		}
+		cmd, err := s.Start(callCtx(t), tree, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		started := map[int]proc{}
+		testutil.Poll(t, "the command's three sleeps", func() bool {
+			for _, p := range sleeps() {
+				started[p.Pid] = p
+			}
+			// setsid's sleep may have left the tree: find it by its
+			// argument too.
+			for _, p := range allProcs() {
+				if cmdline(p.Pid) == "sleep\x003002\x00" && p.Start >= bg.Start {
+					started[p.Pid] = p
+				}
+			}
+			return len(started) == 3
+		})
+		if how == "interrupt" {
+			if ok, err := cmd.Interrupt(callCtx(t)); !ok || err != nil {
+				t.Fatalf("interrupt: %v %v", ok, err)
+			}
+		}
+		res, err := cmd.Wait()
+		want := map[string]client.ShellEndReason{"interrupt": client.ShellInterrupted, "timeout": client.ShellTimedOut}[how]
+		if err != nil || res.Reason != want || strings.Contains(string(res.Stdout), "not-reached") {
+			t.Errorf("%s: %v %v %q", how, res, err, res.Stdout)
+		}
+		for _, p := range started {
+			if now, ok := readProc(p.Pid); ok && now.Start == p.Start && now.State != 'Z' {
+				t.Errorf("%s: process %d (%s) of the command still runs", how, p.Pid, cmdline(p.Pid))
+			}
+		}
+		if now, ok := readProc(bgPid); !ok || now.Start != bg.Start || now.State == 'Z' {
+			t.Errorf("%s: the earlier command's job %d is gone", how, bgPid)
+		}
+		wantShell(t, "after the "+how, shellRun(t, s, `echo "$PWD $KEEP"`, client.ShellRunOptions{}), 0, "/tmp kept\n", "")
+	}
+	// A command whose last process a signal ended: SIGNALED, 128+n.
+	res = shellRun(t, s, `sh -c 'kill -TERM $$'`, client.ShellRunOptions{})
+	if res.Reason != client.ShellSignaled || res.Signal != syscall.SIGTERM || res.ExitCode != 143 {
+		t.Errorf("a command killed by SIGTERM: %v (signal %d, exit %d)", res, res.Signal, res.ExitCode)
+	}
+}
+
+// cmdline is /proc/PID/cmdline, "" if it cannot be read.
+func cmdline(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return string(b)
 }
