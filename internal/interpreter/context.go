@@ -128,6 +128,15 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 		cr.enter(phaseHandover)
 		ks := &kernelState{client: client, kernel: w.k, id: w.id, setupRestarts: -1, userRestarts: c.restartCount(), warm: true,
 			oomSeen: c.eng.oomKills()}
+		if ps := w.preset; ps != nil {
+			// Set up ahead: for this directory, setup sends only what
+			// changed since (usually nothing); for another, it sets the
+			// kernel up afresh, unsetting what it was given and is gone.
+			ks.globalEnv = ps.env
+			if ps.cwd == c.Cwd {
+				ks.setupRestarts, ks.baseline = ps.restarts, ps.baseline
+			}
+		}
 		cr.started(w.id)
 		cr.enter(phaseSetup)
 		err := c.setup(ctx, ks)
@@ -143,6 +152,7 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 	cr.enter(phaseStart)
 	m, err := client.StartKernel(ctx, c.kernelName, c.Cwd)
 	if errors.Is(err, jupyter.ErrNoSuchKernelSpec) {
+		c.eng.specs.drop()
 		return nil, newErr(ErrUnsupportedLanguage, err, "language %q is not available any more: its kernelspec %q was removed",
 			c.Language, c.kernelName)
 	}
@@ -375,7 +385,9 @@ func (c *Context) setup(ctx context.Context, ks *kernelState) error {
 }
 
 // envDiff returns what to set to go from old to now (nil values unset);
-// everything in now if all.
+// everything in now if all. What old has and now lacks is unset even
+// then: a prestarted kernel set up ahead (presetup) and handed over to
+// another directory is set up afresh from what it was given.
 func envDiff(old, now map[string]string, all bool) map[string]*string {
 	out := make(map[string]*string)
 	for k, v := range now {
@@ -383,11 +395,9 @@ func envDiff(old, now map[string]string, all bool) map[string]*string {
 			out[k] = &v
 		}
 	}
-	if !all {
-		for k := range old {
-			if _, ok := now[k]; !ok {
-				out[k] = nil
-			}
+	for k := range old {
+		if _, ok := now[k]; !ok {
+			out[k] = nil
 		}
 	}
 	return out

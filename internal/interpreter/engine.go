@@ -134,6 +134,7 @@ type Engine struct {
 	lastErr  error                 // why the default context could not be created; guarded by mu
 
 	upgrading atomic.Bool // Handover: executions end saying envd is being upgraded
+	specs     specCache   // the last kernelspec listing, for context creations
 }
 
 // New returns an engine; nothing runs until Start.
@@ -508,11 +509,11 @@ func (e *Engine) languages(ctx context.Context) ([]language, error) {
 		return nil, newErr(ErrNotReady, err, "%s: waiting for the Jupyter server to list the installed kernels: %v",
 			ErrNotReady.Error(), err)
 	}
-	specs, err := client.KernelSpecs(ctx)
+	list, err := e.listLanguages(ctx, client)
 	if err != nil {
 		return nil, fmt.Errorf("list kernelspecs: %w", err)
 	}
-	return languagesFrom(specs.Specs), nil
+	return list, nil
 }
 
 // resolve finds a language (normalized) by name or alias among what the
@@ -677,7 +678,7 @@ func (e *Engine) createContext(ctx context.Context, cr *creation, lang, dir stri
 		return nil, cr.notReady(err)
 	}
 	cr.enter(phaseSpecs)
-	l, err := findLanguage(ctx, client, lang)
+	l, err := e.findLanguage(ctx, client, lang)
 	if err != nil {
 		return nil, err
 	}

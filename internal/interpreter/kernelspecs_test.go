@@ -150,6 +150,30 @@ func TestKernelspecAddedAfterStart(t *testing.T) {
 	}
 }
 
+// TestKernelspecNotListedFirst: context creations reuse the last listing
+// of the kernelspecs for a while, yet one installed a moment ago is found
+// at once (a language the listing lacks is looked up anew), and one
+// removed a moment ago fails with a clear error, without a listing of the
+// languages in between.
+func TestKernelspecNotListedFirst(t *testing.T) {
+	t.Parallel()
+	newContext(t, "python", "") // a listing, kept
+	name := specName("quick")
+	dir := installSpec(t, name, ipykernelSpec("Quick", "python"))
+	removeDefaultAtCleanup(t, name)
+	c := newContext(t, name, "")
+	if got := run(t, c.ID, "print(6 * 7)").mustOK(t).out(); got != "42\n" {
+		t.Errorf("a context of a kernelspec installed a moment ago: %q", got)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	status, body := call(t, http.MethodPost, "/contexts", map[string]any{"language": name})
+	if status != 400 || !strings.Contains(body, name) {
+		t.Errorf("a context of a kernelspec removed a moment ago: %d %s", status, body)
+	}
+}
+
 // A kernelspec removed or broken after start gives a clear error; its
 // running contexts and the other languages keep working.
 func TestKernelspecRemovedOrBroken(t *testing.T) {

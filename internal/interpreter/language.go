@@ -1,9 +1,7 @@
 package interpreter
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -176,21 +174,6 @@ func lookup(list []language, lang string) (language, bool) {
 		}
 	}
 	return language{}, false
-}
-
-// findLanguage lists the server's kernelspecs and finds lang among them:
-// ErrUnsupportedLanguage, naming the available ones, if none runs it.
-func findLanguage(ctx context.Context, client *jupyter.Client, lang string) (language, error) {
-	specs, err := client.KernelSpecs(ctx)
-	if err != nil {
-		return language{}, fmt.Errorf("list kernels: %w", err)
-	}
-	list := languagesFrom(specs.Specs)
-	l, ok := lookup(list, lang)
-	if !ok {
-		return language{}, unsupported(lang, list)
-	}
-	return l, nil
 }
 
 // codeLanguage is the language a kernel runs, as the startup package

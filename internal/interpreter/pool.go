@@ -63,6 +63,7 @@ type warmKernel struct {
 	k      *jupyter.Kernel
 	id     string
 	out    chan struct{} // closed when it leaves the pool (taken or discarded)
+	preset *presetState  // set up ahead for a context directory; nil: not
 }
 
 // usable reports whether it can be handed over: its server is the live
@@ -328,7 +329,7 @@ func (p *pool) startKernel(lang string) (*warmKernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := findLanguage(ctx, client, lang)
+	l, err := e.findLanguage(ctx, client, lang)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +344,41 @@ func (p *pool) startKernel(lang string) (*warmKernel, error) {
 		p.deleteKernel(client, m.ID)
 		return nil, fmt.Errorf("connect to %s kernel: %w", l.kernel, err)
 	}
-	return &warmKernel{lang: lang, kernel: l.kernel, client: client, k: k, id: m.ID, out: make(chan struct{})}, nil
+	w := &warmKernel{lang: lang, kernel: l.kernel, client: client, k: k, id: m.ID, out: make(chan struct{})}
+	p.presetup(ctx, w, l)
+	return w, nil
+}
+
+// presetup sets w up ahead of its handover for a context in the default
+// working directory, as most are: the very setup a handover runs (cwd,
+// sandbox-wide env), run now, so that handing w over to such a context
+// needs no round trip to the kernel unless the env changed since (then
+// only the change is sent). A failure leaves w to be set up at its
+// handover, as before.
+func (p *pool) presetup(ctx context.Context, w *warmKernel, l language) {
+	e := p.e
+	dir, err := e.resolveCwd("")
+	if err != nil {
+		return
+	}
+	c := &Context{Language: l.name, Cwd: dir, kernelName: l.kernel, code: codeLanguage(l.code), eng: e}
+	if c.code == "" {
+		return
+	}
+	ks := &kernelState{client: w.client, kernel: w.k, id: w.id, setupRestarts: -1, warm: true}
+	if err := c.setup(ctx, ks); err != nil {
+		e.log.Debug("prestarted kernel not set up ahead; it will be at its handover", "kernel_id", w.id, "error", err)
+		return
+	}
+	w.preset = &presetState{cwd: dir, restarts: ks.setupRestarts, env: ks.globalEnv, baseline: ks.baseline}
+}
+
+// presetState is what presetup did to a prestarted kernel.
+type presetState struct {
+	cwd      string            // the context directory it was set up for
+	restarts int               // its restarts then (0)
+	env      map[string]string // the sandbox-wide env it got
+	baseline map[string]bool   // a JavaScript kernel's globals after setup
 }
 
 // watchKernel pokes the filler when w dies or restarts while it waits.

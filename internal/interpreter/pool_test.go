@@ -144,17 +144,18 @@ echo "jobs $(jobs -p)"`},
 // the same as one whose kernel started for it, in the same directory and
 // with the same sandbox-wide env, changed after the pool was filled: same
 // working directory, env, user, paths, an empty namespace, execution
-// count 1.
+// count 1. In the default directory (which the pool sets its kernels up
+// for ahead of their handover) and in another.
 func TestPoolHandoverLikeFresh(t *testing.T) {
 	t.Parallel()
 	env := &envMap{}
 	env.m.Store("ENVD_POOL_FILL", "at fill")
 	env.m.Store("ENVD_POOL_GONE", "removed after the fill")
 	warm := poolEngine(t, interpreter.Options{GlobalEnv: env.get,
-		WarmKernels: interpreter.WarmKernels{"python": 1, "r": 1, "bash": 1}})
+		WarmKernels: interpreter.WarmKernels{"python": 2, "r": 2, "bash": 2}})
 	fresh := ownEngine(t, interpreter.Options{GlobalEnv: env.get})
 	for _, p := range probes {
-		waitWarm(t, warm, p.lang, 1)
+		waitWarm(t, warm, p.lang, 2)
 	}
 	env.m.Store("ENVD_POOL_FILL", "changed after the fill")
 	env.m.Delete("ENVD_POOL_GONE")
@@ -164,6 +165,30 @@ func TestPoolHandoverLikeFresh(t *testing.T) {
 		t.Run(p.lang, func(t *testing.T) {
 			t.Parallel()
 			ctx := testutil.Context(t, kernelTimeout)
+			// The default directory first: its context and the fresh one
+			// compared as below, without the restart.
+			dc, err := warm.CreateContext(ctx, p.lang, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fdc, err := fresh.CreateContext(ctx, p.lang, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !warm.PrestartedForTest(dc.ID) {
+				t.Fatal("the context in the default directory did not take a prestarted kernel")
+			}
+			dout, dcount := runOn(t, warm, dc.ID, p.code)
+			fdout, fdcount := runOn(t, fresh, fdc.ID, p.code)
+			dout = pointer.ReplaceAllString(strings.ReplaceAll(dout, dc.ID, "KERNEL_ID"), "<pointer>")
+			fdout = pointer.ReplaceAllString(strings.ReplaceAll(fdout, fdc.ID, "KERNEL_ID"), "<pointer>")
+			if d := lineDiff(fdout, dout); d != "" || dcount != 1 || fdcount != 1 {
+				t.Errorf("in the default directory, the prestarted kernel differs from a fresh one (counts %d, %d; - fresh, + prestarted):\n%s", dcount, fdcount, d)
+			}
+			if !strings.Contains(dout, "changed after the fill") || !strings.Contains(dout, "set after the fill") || strings.Contains(dout, "ENVD_POOL_GONE") {
+				t.Errorf("in the default directory, the sandbox-wide env is not the one after the fill:\n%s", dout)
+			}
+
 			dir := trickyDir(t)
 			wc, err := warm.CreateContext(ctx, p.lang, dir)
 			if err != nil {
