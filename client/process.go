@@ -529,12 +529,18 @@ func (p *Process) fetchExit() (*Exit, error) {
 // Events iterates over the process's output until it ends; then Wait
 // returns its exit at once. A failed stream yields its error last.
 func (p *Process) Events() iter.Seq2[Event, error] {
+	return eventSeq(p.next, func() error { return p.err })
+}
+
+// eventSeq yields what next gives until it is done, then failed's error,
+// if any: the iterator of a stream's output events.
+func eventSeq(next func() (Event, bool), failed func() error) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		for {
-			ev, ok := p.next()
+			ev, ok := next()
 			if !ok {
-				if p.err != nil {
-					yield(Event{}, p.err)
+				if err := failed(); err != nil {
+					yield(Event{}, err)
 				}
 				return
 			}

@@ -644,20 +644,7 @@ func (x *ShellCommand) end(e *shpb.End) {
 // writers of ShellRunOptions nor the result. A failed stream yields its
 // error last.
 func (x *ShellCommand) Events() iter.Seq2[Event, error] {
-	return func(yield func(Event, error) bool) {
-		for {
-			ev, ok := x.next()
-			if !ok {
-				if x.err != nil {
-					yield(Event{}, x.err)
-				}
-				return
-			}
-			if !yield(ev, nil) {
-				return
-			}
-		}
-	}
+	return eventSeq(x.next, func() error { return x.err })
 }
 
 // Wait follows the command to its end, its output going to the writers of

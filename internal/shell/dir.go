@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -85,21 +83,9 @@ func (d *privateDir) makeFailFile() error {
 // adoptDir takes over the directory the envd before a live upgrade made,
 // in this same pid.
 func adoptDir(path string) (*privateDir, error) {
-	name := filepath.Base(path)
-	if filepath.Dir(path) != filepath.Clean(os.TempDir()) || !strings.HasPrefix(name, dirPrefix+strconv.Itoa(os.Getpid())+"-") {
-		return nil, fmt.Errorf("%s is not a shell directory of this envd", path)
-	}
-	lock, err := staledir.Open(unix.AT_FDCWD, path)
+	lock, err := staledir.Adopt(dirPrefix, path)
 	if err != nil {
 		return nil, fmt.Errorf("adopt the shells' directory: %w", err)
-	}
-	if err := staledir.CheckPrivate(lock); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("adopt the shells' directory %s: %w", path, err)
-	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	d := &privateDir{path: path, fd: lock}
 	if err := d.makeFailFile(); err != nil {

@@ -43,6 +43,30 @@ func Create(prefix string) (dir string, lock *os.File, err error) {
 	return dir, lock, nil
 }
 
+// Adopt takes over dir, a directory of prefix that this pid made before
+// exec'ing itself (a live upgrade): it must be in the temporary directory,
+// named for this pid, envd's and writable by no one else. It returns the
+// descriptor that holds the lock again, as Create does.
+func Adopt(prefix, dir string) (*os.File, error) {
+	name := filepath.Base(dir)
+	if filepath.Dir(dir) != filepath.Clean(os.TempDir()) || !strings.HasPrefix(name, prefix+strconv.Itoa(os.Getpid())+"-") {
+		return nil, fmt.Errorf("%s is not a directory of this envd's", dir)
+	}
+	lock, err := Open(unix.AT_FDCWD, dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckPrivate(lock); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return lock, nil
+}
+
 // Open opens the directory name (relative to dirfd) without following a
 // link in its last component.
 func Open(dirfd int, name string) (*os.File, error) {

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -68,5 +69,45 @@ func TestReclaim(t *testing.T) {
 		if _, err := os.Lstat(p); err != nil {
 			t.Errorf("%s: %v, want it kept", p, err)
 		}
+	}
+}
+
+// TestAdopt: the directory this pid made is taken over (locked again)
+// once its first lock is gone, as after a live upgrade's exec; one of
+// another pid's, one outside the temporary directory, one that others can
+// write, and one still locked are refused.
+func TestAdopt(t *testing.T) {
+	const prefix = "envd-staledir-adopt-"
+	dir, lock, err := staledir.Create(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if _, err := staledir.Adopt(prefix, dir); err == nil {
+		t.Errorf("adopted %s while its lock is held", dir)
+	}
+	lock.Close()
+	again, err := staledir.Adopt(prefix, dir)
+	if err != nil {
+		t.Fatalf("adopt %s: %v", dir, err)
+	}
+	again.Close()
+
+	other := filepath.Join(os.TempDir(), prefix+"1-x")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(other)
+	if _, err := staledir.Adopt(prefix, other); err == nil || !strings.Contains(err.Error(), "not a directory of this envd's") {
+		t.Errorf("adopted another pid's %s: %v", other, err)
+	}
+	if _, err := staledir.Adopt(prefix, filepath.Join(t.TempDir(), filepath.Base(dir))); err == nil {
+		t.Error("adopted a directory outside the temporary directory")
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := staledir.Adopt(prefix, dir); err == nil || !strings.Contains(err.Error(), "writable by others") {
+		t.Errorf("adopted %s writable by others: %v", dir, err)
 	}
 }

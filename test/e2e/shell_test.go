@@ -45,6 +45,19 @@ func callCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// newShellOn opens a session in /tmp on e, closed when the test ends.
+func newShellOn(t *testing.T, e *envd) *client.ShellSession {
+	t.Helper()
+	c := client.New(client.Options{Addr: e.url})
+	t.Cleanup(func() { c.Close() })
+	s, err := c.CreateShell(callCtx(t), client.ShellOptions{Dir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
 // wantShell fails the test unless res exited with code and printed
 // exactly stdout and stderr.
 func wantShell(t *testing.T, what string, res *client.ShellResult, code int, stdout, stderr string) {
@@ -62,14 +75,7 @@ func wantShell(t *testing.T, what string, res *client.ShellResult, code int, std
 // what it printed, and the next command's output is its own.
 func TestShellFraming(t *testing.T) {
 	t.Parallel()
-	e := startEnvd(t, startOptions{})
-	c := client.New(client.Options{Addr: e.url})
-	defer c.Close()
-	s, err := c.CreateShell(callCtx(t), client.ShellOptions{Dir: "/tmp"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
+	s := newShellOn(t, startEnvd(t, startOptions{}))
 
 	fake := "\x1b]6973;0123456789abcdef0123456789abcdef\x07"
 	all := make([]byte, 256)
@@ -325,14 +331,7 @@ func TestShellStrictUsers(t *testing.T) {
 // session, with its state.
 func TestShellInterruptTree(t *testing.T) {
 	t.Parallel()
-	e := startEnvd(t, startOptions{})
-	c := client.New(client.Options{Addr: e.url})
-	defer c.Close()
-	s, err := c.CreateShell(callCtx(t), client.ShellOptions{Dir: "/tmp"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
+	s := newShellOn(t, startEnvd(t, startOptions{}))
 	res := shellRun(t, s, `export KEEP=kept; sleep 3000 & echo $!`, client.ShellRunOptions{})
 	var bgPid int
 	if _, err := fmt.Sscan(string(res.Stdout), &bgPid); err != nil || bgPid == 0 {

@@ -5,10 +5,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/staledir"
 )
@@ -79,21 +75,9 @@ func reclaimStale(log *slog.Logger) {
 // upgrade made (in this same pid), so that Remove deletes it: dir must be
 // one of this pid's, of envd's account, that no one else can write.
 func AdoptTemp(dir string) (*Temp, error) {
-	name := filepath.Base(dir)
-	if filepath.Dir(dir) != filepath.Clean(os.TempDir()) || !strings.HasPrefix(name, tempPrefix+strconv.Itoa(os.Getpid())+"-") {
-		return nil, fmt.Errorf("startup: %s is not a temporary install of this envd", dir)
-	}
-	lock, err := staledir.Open(unix.AT_FDCWD, dir)
+	lock, err := staledir.Adopt(tempPrefix, dir)
 	if err != nil {
 		return nil, fmt.Errorf("startup: adopt install: %w", err)
-	}
-	if err := staledir.CheckPrivate(lock); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("startup: adopt install %s: %w", dir, err)
-	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("startup: lock %s: %w", dir, err)
 	}
 	return &Temp{Layout: Layout{Dir: dir}, lock: lock}, nil
 }
