@@ -74,13 +74,12 @@ type Options struct {
 	HTTP1 bool
 	// OutputHTTP1 follows process output (Start, Connect) over HTTP/1.1,
 	// a connection per stream, while other RPCs share h2c's one: bulk
-	// output comes about a quarter faster (no HTTP/2 framing and windows
-	// on either side; `envctl run` of 1 GiB: 0.65-0.73 s against 0.85-0.92
-	// s), at the cost of a connection (and, over vsock, a handshake) for
-	// each process followed at once, and without HTTP/2's pings a peer
-	// that vanishes without closing is found by TCP keepalives only.
-	// envctl sets it; a client following many processes at once is better
-	// off without.
+	// output comes faster (no HTTP/2 framing and windows on either side;
+	// bench/stream.sh measures both), at the cost of a connection (and,
+	// over vsock, a handshake) for each process followed at once, and
+	// without HTTP/2's pings a peer that vanishes without closing is found
+	// by TCP keepalives only. envctl sets it; a client following many
+	// processes at once is better off without.
 	OutputHTTP1 bool
 }
 
