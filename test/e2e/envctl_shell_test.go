@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/creack/pty"
 
 	"github.com/envd-dev/envd/internal/testutil"
 )
@@ -189,44 +186,21 @@ func TestEnvctlShellAttachTerminal(t *testing.T) {
 	e := startEnvd(t, startOptions{})
 	addr := "--addr=" + e.url
 	id := shellCreate(t, addr, "--cwd", "/tmp")
-	cmd := exec.Command(envctlBin(t), addr, "shell", "attach", id)
-	cmd.Env = ctlEnv("TERM=xterm")
-	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 100, Rows: 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tty.Close()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	var screen syncBuffer
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		io.Copy(&screen, tty)
-	}()
-	type_ := func(s string) {
-		t.Helper()
-		if _, err := io.WriteString(tty, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitScreen(t, &screen, "session "+id, "/tmp $ ")
+	term := envctlOnTerminal(t, 100, 30, addr, "shell", "attach", id)
+	cmd, screen, copied, type_ := term.cmd, &term.screen, term.copied, term.type_
+	waitScreen(t, screen, "session "+id, "/tmp $ ")
 	type_("cd /etc; echo started; sleep 30\r")
-	waitScreen(t, &screen, "started")
+	waitScreen(t, screen, "started")
 	testutil.Poll(t, "sleep to run in the session", func() bool {
 		r := envctl(t, nil, nil, addr, "shell", "state", id)
 		return strings.Contains(r.stdout, "sleep 30")
 	})
 	type_("\x03")
-	waitScreen(t, &screen, "/etc [130] $ ")
+	waitScreen(t, screen, "/etc [130] $ ")
 	type_("echo still here\r")
 	// Keys typed before the prompt is drawn meet a terminal in cooked
 	// mode, where Ctrl-D is no key: wait for the prompt.
-	waitScreen(t, &screen, "still here\r\n/etc $ ")
+	waitScreen(t, screen, "still here\r\n/etc $ ")
 	type_("\x04")
 	code := waitExit(t, cmd)
 	testutil.RequireClosed(t, copied, "the end of envctl's output")

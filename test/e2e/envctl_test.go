@@ -257,34 +257,10 @@ func verboseBytes(stderr string, group int) float64 {
 func TestEnvctlPTY(t *testing.T) {
 	t.Parallel()
 	e := startEnvd(t, startOptions{})
-	cmd := exec.Command(envctlBin(t), "--addr", e.url, "run", "--pty", "--env", "PS1=$ ", "--", "/bin/sh")
-	cmd.Env = ctlEnv("TERM=xterm")
-	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 90, Rows: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tty.Close()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	var screen syncBuffer
-	// The copy ends (EIO) once envctl, the terminal's last user, has exited
-	// and its last output is on the screen.
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		io.Copy(&screen, tty)
-	}()
-	type_ := func(s string) {
-		if _, err := io.WriteString(tty, s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	term := envctlOnTerminal(t, 90, 20, "--addr", e.url, "run", "--pty", "--env", "PS1=$ ", "--", "/bin/sh")
+	cmd, tty, screen, copied, type_ := term.cmd, term.tty, &term.screen, term.copied, term.type_
 	type_("stty size; echo term=$TERM\n")
-	waitScreen(t, &screen, "20 90", "term=xterm")
+	waitScreen(t, screen, "20 90", "term=xterm")
 	// A resize of envctl's terminal reaches the remote one: once the remote
 	// terminal has the new size, stty says so.
 	sh := foreground(t, e, "sh")
@@ -296,7 +272,7 @@ func TestEnvctlPTY(t *testing.T) {
 		return rows == 43 && cols == 132
 	})
 	type_("stty size\n")
-	waitScreen(t, &screen, "43 132")
+	waitScreen(t, screen, "43 132")
 	// Raw mode: Ctrl-C goes to the remote shell's foreground job, not to
 	// envctl. It is typed once sleep is that job: earlier, it would reach
 	// the shell alone and sleep would run its 30 s.
@@ -311,6 +287,50 @@ func TestEnvctlPTY(t *testing.T) {
 	}
 	if !strings.Contains(screen.String(), "still here") {
 		t.Errorf("screen:\n%s", screen.String())
+	}
+}
+
+// terminal is envctl run on a terminal of the test's: what it draws goes
+// to screen; copied is closed once the copy ends (EIO), when envctl, the
+// terminal's last user, has exited and its last output is on the screen.
+type terminal struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	tty    *os.File
+	screen syncBuffer
+	copied chan struct{}
+}
+
+// envctlOnTerminal starts envctl with args (TERM=xterm) on a new terminal
+// of cols x rows, killed at the end of the test if it is still running.
+func envctlOnTerminal(t *testing.T, cols, rows uint16, args ...string) *terminal {
+	t.Helper()
+	cmd := exec.Command(envctlBin(t), args...)
+	cmd.Env = ctlEnv("TERM=xterm")
+	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: cols, Rows: rows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		tty.Close()
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	term := &terminal{t: t, cmd: cmd, tty: tty, copied: make(chan struct{})}
+	go func() {
+		defer close(term.copied)
+		io.Copy(&term.screen, tty)
+	}()
+	return term
+}
+
+// type_ types s on the terminal.
+func (term *terminal) type_(s string) {
+	term.t.Helper()
+	if _, err := io.WriteString(term.tty, s); err != nil {
+		term.t.Fatal(err)
 	}
 }
 
