@@ -175,6 +175,9 @@ func newCodeExec(cfg Config, log *slog.Logger, defs *defaults.Defaults, place fu
 	// The default Python context's kernel starts beside the server (the
 	// engine exists by the time the server is spawned).
 	sopts.EarlyKernel = func() (string, string) { return c.eng.EarlyKernel() }
+	if cfg.Zygote {
+		sopts.Zygote = jupyter.DefaultZygote()
+	}
 	c.sup = jupyter.New(sopts)
 	warm := cfg.WarmKernels
 	if warm == nil {

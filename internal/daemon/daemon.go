@@ -81,6 +81,9 @@ type Config struct {
 	// Python kernel (interpreter.DefaultWarmKernels); empty, or every
 	// count 0: none.
 	WarmKernels interpreter.WarmKernels
+	// Zygote forks Python kernels from a zygote that preloaded ipykernel
+	// and the data stack (jupyter.DefaultZygote) instead of starting each.
+	Zygote bool
 	// StrictUsers gives every request exactly the rights its user has in a
 	// shell: file operations switch real ids and drop capabilities, cwd
 	// checks run as the user, a non-root user sees and signals only its own

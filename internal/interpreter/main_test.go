@@ -124,8 +124,14 @@ func (r mainRunner) Run() int {
 // newStack builds a supervisor and an engine over it, as envd does, with
 // the test's timings; more (if any) changes the engine's options.
 func newStack(l startup.Layout, globalEnv func() map[string]string, more ...func(*interpreter.Options)) (*jupyter.Supervisor, *interpreter.Engine) {
+	return newStackZygote(l, nil, globalEnv, more...)
+}
+
+// newStackZygote is newStack with its server's zygote (nil: none, every
+// kernel is started).
+func newStackZygote(l startup.Layout, z *jupyter.Zygote, globalEnv func() map[string]string, more ...func(*interpreter.Options)) (*jupyter.Supervisor, *interpreter.Engine) {
 	env := l.Environ([]string{"JUPYTER_PATH=" + shared.kernels})
-	sup := jupyter.New(jupyter.Options{Env: env, Logger: testLogger()})
+	sup := jupyter.New(jupyter.Options{Env: env, Logger: testLogger(), Zygote: z})
 	opts := interpreter.Options{
 		Supervisor:     sup,
 		GlobalEnv:      globalEnv,
@@ -145,7 +151,13 @@ func newStack(l startup.Layout, globalEnv func() map[string]string, more ...func
 // server: the engine started, both stopped at cleanup. ctx bounds the test.
 func ownStack(t *testing.T, globalEnv func() map[string]string, more ...func(*interpreter.Options)) (*jupyter.Supervisor, *interpreter.Engine, context.Context) {
 	t.Helper()
-	sup, eng := newStack(shared.layout, globalEnv, more...)
+	return ownStackZygote(t, nil, globalEnv, more...)
+}
+
+// ownStackZygote is ownStack with its server's zygote (nil: none).
+func ownStackZygote(t *testing.T, z *jupyter.Zygote, globalEnv func() map[string]string, more ...func(*interpreter.Options)) (*jupyter.Supervisor, *interpreter.Engine, context.Context) {
+	t.Helper()
+	sup, eng := newStackZygote(shared.layout, z, globalEnv, more...)
 	ctx := testutil.Context(t, 3*time.Minute)
 	if err := startSupervisor(ctx, sup); err != nil {
 		t.Fatal(err)

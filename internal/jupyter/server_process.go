@@ -60,6 +60,16 @@ var earlyKernelPy []byte
 // kernel's bind (or its restart's). Written ahead of earlyBootPy and
 // earlyKernelPy, which use it.
 //
+// zygotePy is the zygote kernels are forked from (Options.Zygote), and
+// zygoteLaunchPy, in the server's config after earlyKernelPy, asks it for
+// kernels. Written to our JUPYTER_CONFIG_DIR.
+//
+//go:embed zygote.py
+var zygotePy []byte
+
+//go:embed zygote_launch.py
+var zygoteLaunchPy []byte
+
 //go:embed kernel_ports.py
 var kernelPortsPy []byte
 
@@ -67,6 +77,8 @@ var kernelPortsPy []byte
 const (
 	earlyBootFile    = "envd_jupyter_server.py"
 	earlyRequestFile = "envd_early_kernel.json"
+	zygoteFile       = "envd_zygote.py"
+	zygoteConfigFile = "envd_zygote.json"
 )
 
 // earlyDiscard is how long an early kernel waits to be asked for before
@@ -234,6 +246,7 @@ func (s *Supervisor) writeConfig(token string) error {
 	py = append(py, kernelExitPy...)
 	py = append(py, kernelPortsPy...)
 	py = append(py, earlyKernelPy...)
+	py = append(py, zygoteLaunchPy...)
 	if err := writeFileAt(cfg, "jupyter_server_config.py", py, 0o644, -1); err != nil {
 		return err
 	}
@@ -242,6 +255,9 @@ func (s *Supervisor) writeConfig(token string) error {
 		return err
 	}
 	if err := s.writeEarlyRequest(); err != nil {
+		return err
+	}
+	if err := s.writeZygoteConfig(); err != nil {
 		return err
 	}
 	js, err := json.Marshal(map[string]any{"ServerApp": map[string]any{
@@ -282,6 +298,26 @@ func (s *Supervisor) writeEarlyRequest() error {
 		return err
 	}
 	return writeFileAt(s.dirs.config, earlyRequestFile, js, 0o644, -1)
+}
+
+// writeZygoteConfig writes the zygote and its config for the next server
+// run if Options.Zygote is set, or takes back an earlier run's config.
+func (s *Supervisor) writeZygoteConfig() error {
+	z := s.opts.Zygote
+	if z == nil || len(z.Kernels) == 0 {
+		if err := unix.Unlinkat(int(s.dirs.config.Fd()), zygoteConfigFile, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("jupyter: remove %s: %w", zygoteConfigFile, err)
+		}
+		return nil
+	}
+	if err := writeFileAt(s.dirs.config, zygoteFile, zygotePy, 0o644, -1); err != nil {
+		return err
+	}
+	js, err := json.Marshal(map[string]any{"kernels": z.Kernels, "preload": z.Preload})
+	if err != nil {
+		return err
+	}
+	return writeFileAt(s.dirs.config, zygoteConfigFile, js, 0o644, -1)
 }
 
 // stopRun stops a server process and everything it started. graceful sends

@@ -103,6 +103,10 @@ type Options struct {
 	// discarded, as it is when not asked for within a minute). "": none.
 	// Only for the default Command.
 	EarlyKernel func() (name, dir string)
+	// Zygote, when set, has the server fork the kernels of its
+	// kernelspecs from a zygote that preloaded them (see zygote.py and
+	// zygote_launch.py), instead of starting each one.
+	Zygote *Zygote
 	// Place, when set, starts the server process: it must call start
 	// (which forks and execs cmd) on its own goroutine, so that the server
 	// and its kernels are born where Place puts them (envd's jupyter
@@ -691,4 +695,20 @@ func (s *Supervisor) logTail(run *serverRun, n int) {
 	for i, line := range lines {
 		s.log.Warn("jupyter server output", "pid", run.pid, "line", fmt.Sprintf("%d/%d", i+1, len(lines)), "text", line)
 	}
+}
+
+// Zygote says which kernels a zygote forks and what it preloads.
+type Zygote struct {
+	// Kernels are kernelspec names whose command is
+	// [PYTHON, -m, ipykernel_launcher, -f, {connection_file}].
+	Kernels []string
+	// Preload are modules the zygote imports beyond the kernel's own,
+	// for users' first imports (numpy, pandas, matplotlib.pyplot).
+	Preload []string
+}
+
+// DefaultZygote forks Python kernels from a zygote with the data stack
+// users import first.
+func DefaultZygote() *Zygote {
+	return &Zygote{Kernels: []string{"python3"}, Preload: []string{"numpy", "pandas", "matplotlib.pyplot"}}
 }
