@@ -149,6 +149,24 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 		}
 		c.eng.log.Warn("prestarted kernel failed its setup; trying another", "language", c.Language, "kernel_id", w.id, "error", err)
 	}
+	for attempt := 1; ; attempt++ {
+		ks, err := c.startNew(ctx, client, cr, attempt == 1)
+		if !errors.Is(err, errSetupStalled) {
+			return ks, err
+		}
+		c.eng.log.Warn("a new kernel did not answer its setup; starting another", "language", c.Language,
+			"kernel", c.kernelName, "stall", c.eng.opts.SetupStall)
+	}
+}
+
+// errSetupStalled: a new kernel did not answer its setup within
+// Options.SetupStall.
+var errSetupStalled = errors.New("the new kernel did not answer its setup")
+
+// startNew starts a kernel for the context, connects to it and sets it
+// up. With stallable, a setup the kernel leaves unanswered for
+// Options.SetupStall ends with errSetupStalled (the kernel deleted).
+func (c *Context) startNew(ctx context.Context, client *jupyter.Client, cr *creation, stallable bool) (*kernelState, error) {
 	cr.enter(phaseStart)
 	m, err := client.StartKernel(ctx, c.kernelName, c.Cwd)
 	if errors.Is(err, jupyter.ErrNoSuchKernelSpec) {
@@ -176,9 +194,19 @@ func (c *Context) startKernel(ctx context.Context, client *jupyter.Client, cr *c
 	ks := &kernelState{client: client, kernel: k, id: m.ID, setupRestarts: -1, userRestarts: c.restartCount(),
 		oomSeen: c.eng.oomKills()}
 	cr.enter(phaseSetup)
-	if err := c.setupNew(ctx, ks); err != nil {
+	sctx, cancel := ctx, context.CancelFunc(func() {})
+	if stallable {
+		sctx, cancel = context.WithTimeoutCause(ctx, c.eng.opts.SetupStall, errSetupStalled)
+	}
+	err = c.setupNew(sctx, ks)
+	cancel()
+	if err != nil {
 		_ = k.Close()
 		del()
+		if ctx.Err() == nil && errors.Is(context.Cause(sctx), errSetupStalled) {
+			c.eng.sup.LogRecentOutput("a new " + c.Language + " kernel did not answer its setup: kernel " + m.ID)
+			return nil, errSetupStalled
+		}
 		return nil, err
 	}
 	return ks, nil
@@ -479,6 +507,33 @@ func (c *Context) silentOutput(ctx context.Context, ks *kernelState, code string
 			// bash reports a failed cd on stderr with a non-ok reply;
 			// nothing else of internal code is shown.
 		}
+	}
+}
+
+// silentAnswers is how many times silentAnswer runs its query when the
+// answer is not in the output.
+const silentAnswers = 3
+
+// silentAnswer runs code silently and returns the rest of the line after
+// the last marker it printed. Deno publishes some outputs after its idle,
+// on a loaded machine even after the flush (KernelOptions.FlushAfterIdle)
+// has given up on them: a query whose answer did not come is run again
+// (queries have no side effects), up to silentAnswers times.
+func (c *Context) silentAnswer(ctx context.Context, ks *kernelState, code, marker, what string) (string, error) {
+	for try := 1; ; try++ {
+		var out strings.Builder
+		if err := c.silentOutput(ctx, ks, code, jupyter.ExecuteOptions{Silent: true}, &out); err != nil {
+			return "", err
+		}
+		printed := out.String()
+		if i := strings.LastIndex(printed, marker); i >= 0 {
+			line, _, _ := strings.Cut(printed[i+len(marker):], "\n")
+			return line, nil
+		}
+		if try == silentAnswers {
+			return "", fmt.Errorf("the %s printed no answer (%d tries)", what, try)
+		}
+		c.eng.log.Info("a query's answer did not come; asking again", "context_id", c.ID, "language", c.Language, "query", what, "try", try)
 	}
 }
 

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/envd-dev/envd/internal/jupyter"
 )
 
 // Deno's kernel resolves the npm: packages a cell imports before it runs
@@ -120,17 +118,11 @@ func (r *runner) probeImport(ctx context.Context, spec string) (name, msg string
 	if err != nil {
 		return "", "", err
 	}
-	var out strings.Builder
 	code := strings.Replace(importProbe, "SPEC", string(parts), 1)
-	if err := r.x.c.silentOutput(ctx, r.ks, code, jupyter.ExecuteOptions{Silent: true}, &out); err != nil {
+	line, err := r.x.c.silentAnswer(ctx, r.ks, code, importProbeMarker, "import probe")
+	if err != nil {
 		return "", "", err
 	}
-	printed := out.String()
-	i := strings.LastIndex(printed, importProbeMarker)
-	if i < 0 {
-		return "", "", fmt.Errorf("the import probe printed no answer")
-	}
-	line, _, _ := strings.Cut(printed[i+len(importProbeMarker):], "\n")
 	var res []string
 	if err := json.Unmarshal([]byte(line), &res); err != nil {
 		return "", "", fmt.Errorf("decode the import probe's answer: %w", err)

@@ -73,6 +73,11 @@ type Options struct {
 	// idle (jupyter.KernelOptions.FlushAfterIdle; the flush takes one round
 	// trip to the kernel). Zero: 5 s.
 	DenoFlush time.Duration
+	// SetupStall bounds the setup of a kernel just started for a context
+	// (its first silent executions): one that has not answered by then is
+	// deleted and another started, once. Seen on loaded machines: a Deno
+	// kernel, up and connected, that never answered its setup. Zero: 25 s.
+	SetupStall time.Duration
 	// CreateTimeout bounds the creation of a language's default context,
 	// which is not tied to the request that triggered it, and each start
 	// of a prestarted kernel. Zero: 2 min.
@@ -165,6 +170,9 @@ func New(opts Options) *Engine {
 	}
 	if opts.KeepFinished <= 0 {
 		opts.KeepFinished = time.Minute
+	}
+	if opts.SetupStall <= 0 {
+		opts.SetupStall = 25 * time.Second
 	}
 	if opts.DenoFlush <= 0 {
 		opts.DenoFlush = 5 * time.Second

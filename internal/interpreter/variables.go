@@ -206,16 +206,10 @@ func jsIdent(s string) bool {
 // complete_request is only waited for, and a creation must not wait on
 // what may never come.
 func (c *Context) jsBaseline(ctx context.Context, ks *kernelState) error {
-	var out strings.Builder
-	if err := c.silentOutput(ctx, ks, jsGlobals, jupyter.ExecuteOptions{Silent: true}, &out); err != nil {
+	line, err := c.silentAnswer(ctx, ks, jsGlobals, variablesMarker, "globals query")
+	if err != nil {
 		return err
 	}
-	printed := out.String()
-	i := strings.LastIndex(printed, variablesMarker)
-	if i < 0 {
-		return fmt.Errorf("the globals query printed no answer")
-	}
-	line, _, _ := strings.Cut(printed[i+len(variablesMarker):], "\n")
 	var names []string
 	if err := json.Unmarshal([]byte(line), &names); err != nil {
 		return fmt.Errorf("decode the globals answer: %w", err)
