@@ -40,16 +40,31 @@ def main():
         print(json.dumps({"kernels": sorted(KernelSpecManager().find_kernel_specs())}))
         return 0
 
-    km = KernelManager(kernel_name=req["kernel"])
     kwargs = {}
     if req.get("cwd"):
         kwargs["cwd"] = req["cwd"]
-    km.start_kernel(**kwargs)
-    kc = km.client()
-    kc.start_channels()
+    # jupyter_client picks free ports and the kernel binds them later:
+    # another process on a busy machine can take one in between, and the
+    # kernel dies at its start ("Address already in use"). Such a start is
+    # tried again, on new ports.
+    for attempt in range(1, 4):
+        km = KernelManager(kernel_name=req["kernel"])
+        km.start_kernel(**kwargs)
+        kc = km.client()
+        kc.start_channels()
+        try:
+            kc.wait_for_ready(timeout=req.get("startup_timeout", 60))
+            break
+        except RuntimeError as e:
+            if "died" not in str(e) or attempt == 3:
+                kc.stop_channels()
+                km.shutdown_kernel(now=True)
+                raise
+            print("kernel_driver: the kernel died at its start (%s); starting another" % e, file=sys.stderr)
+            kc.stop_channels()
+            km.shutdown_kernel(now=True)
     out = {"cells": []}
     try:
-        kc.wait_for_ready(timeout=req.get("startup_timeout", 60))
         for cell in req["cells"]:
             out["cells"].append(run_cell(km, kc, cell, float(req.get("grace", 0))))
     finally:
