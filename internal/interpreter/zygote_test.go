@@ -33,7 +33,8 @@ print("fds", __fds())
 print("threads", len(__o.listdir("/proc/self/task")))
 print("signals", [str(__g.getsignal(s)) for s in (__g.SIGINT, __g.SIGTERM, __g.SIGCHLD, __g.SIGPIPE, __g.SIGHUP)])
 print("argv", __j.dumps(__s.argv), __j.dumps(__s.orig_argv[1:]))
-print("main", sorted(vars(__s.modules["__main__"])))`
+print("main", sorted(vars(__s.modules["__main__"])))
+print("cmdline", open("/proc/self/cmdline", "rb").read().rstrip(b"\0").split(b"\0"))`
 
 // serverBound matches what differs between two Jupyter servers' kernels:
 // the server's pid, its run's marker, its directories, socket inodes.

@@ -1,7 +1,7 @@
 # Written by envd into JUPYTER_CONFIG_DIR as envd_zygote.py; the server's
 # config (zygote_launch.py) runs it as
 #
-#     PYTHON [OPTIONS] envd_zygote.py SOCKET MODULE [PRELOAD...]
+#     PYTHON [OPTIONS] envd_zygote.py SOCKET MODULE [PRELOAD...] [--PADDING]
 #
 # with exactly the environment and interpreter options a kernel of its
 # kernelspec gets, and asks it over SOCKET for kernels: it forks one per
@@ -20,8 +20,10 @@
 #   module back, with every module its own import brought in first (the
 #   zygote recorded which module's import brought in which), as a fresh
 #   import would have. Modules whose import acts on the running IPython
-#   (pyplot and the backends register hooks on it) are not kept at all:
-#   they are imported for real, their dependencies coming from memory.
+#   (matplotlib's backends: the inline one hooks itself into IPython) are
+#   not kept at all: they are imported for real, their dependencies
+#   coming from memory. (pyplot's import does not: it installs its
+#   display hook when a backend is first chosen, at run time.)
 # - its own session, its stdin/stdout/stderr (passed with the request),
 #   no other file descriptor, default signal handlers, its directory, its
 #   environment (os.environ and the C environment), sys.path[0], sys.argv,
@@ -30,8 +32,10 @@
 #   here).
 # - The zygote never starts a thread, a ZeroMQ context or an event loop:
 #   ipykernel creates them in the child.
+# - /proc/PID/cmdline is the kernel's command, written over the zygote's
+#   (padded for it); without CAP_SYS_RESOURCE zeros follow it.
 # What stays shared: the hash seed (PYTHONHASHSEED is drawn once per
-# interpreter), and /proc/PID/cmdline names the zygote's command.
+# interpreter).
 #
 # Protocol, one connection per kernel: the client sends a 4-byte length and
 # a JSON request {"argv": [...], "env": {...}, "cwd": "..."} with three file
@@ -110,6 +114,7 @@ _envd_z_builtins.__import__ = _envd_z_tracking_import
 sys.meta_path.insert(0, _EnvdZygoteTracker())
 
 import array  # noqa: E402
+import ctypes  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -123,11 +128,11 @@ _ModuleSpec = sys.modules["_frozen_importlib"].ModuleSpec
 
 # Imported for real in the child, never kept: their import acts on the
 # IPython that runs them (hooks, the inline backend's integration).
-_ENVD_Z_NOT_KEPT = ("matplotlib.pyplot", "matplotlib.backends", "matplotlib_inline", "matplotlib.pylab", "pylab")
+_ENVD_Z_NOT_KEPT = ("matplotlib_inline", "matplotlib.backends.backend_", "matplotlib.pylab", "pylab", "ipykernel.pylab")
 
 
 def _envd_z_not_kept(name):
-    return any(name == p or name.startswith(p + ".") for p in _ENVD_Z_NOT_KEPT)
+    return any(name.startswith(p) for p in _ENVD_Z_NOT_KEPT)
 
 
 def _envd_z_matplotlib(mpl):
@@ -146,12 +151,37 @@ _ENVD_Z_ENV_ON_RESTORE = {}  # module name -> {variable: value, or None: unset}
 
 class _EnvdZygoteRestorer:
     """In a forked kernel: the modules the zygote imported, hidden from
-    sys.modules until imported."""
+    sys.modules until imported. Built in the zygote, so that what it
+    computes is shared: a forked kernel only reads it (every object it
+    touches is a page copied)."""
 
     def __init__(self, hidden, children):
         self.hidden = hidden  # name -> module
-        self.children = children  # name -> names its import brought in
         self.specs = {n: getattr(m, "__spec__", None) for n, m in hidden.items()}
+        # name -> the names a fresh import of it loads (itself first),
+        # and, for a package, its attributes naming hidden submodules.
+        self.closure, self.subattrs = {}, {}
+        for name, mod in hidden.items():
+            seen, order, todo = {name}, [name], [name]
+            while todo:
+                for c in children.get(todo.pop(), ()):
+                    if c not in seen:
+                        seen.add(c)
+                        order.append(c)
+                        todo.append(c)
+            self.closure[name] = tuple(order)
+            if hasattr(mod, "__path__"):
+                subs = tuple(
+                    (a, name + "." + a) for a, v in vars(mod).items() if type(v) is type(mod) and hidden.get(name + "." + a) is v
+                )
+                if subs:
+                    self.subattrs[name] = subs
+
+    def add(self, name, mod):
+        """A module the zygote imported after its preload."""
+        self.hidden[name] = mod
+        self.specs[name] = getattr(mod, "__spec__", None)
+        self.closure[name] = (name,)
 
     def find_spec(self, name, path=None, target=None):
         if name not in self.hidden:
@@ -165,39 +195,43 @@ class _EnvdZygoteRestorer:
         # The import machinery set our spec on it: the module's own goes
         # back, and so does everything its import brought in.
         name = module.__spec__.name
-        self.hidden.pop(name, None)
         module.__spec__ = self.specs.get(name)
-        back = [(name, module)]
-        todo = list(self.children.get(name, ()))
-        while todo:
-            n = todo.pop()
-            m = self.hidden.pop(n, None)
+        hidden, modules = self.hidden, sys.modules
+        back = []
+        for n in self.closure.get(name, (name,)):
+            m = hidden.pop(n, None)
             if m is None:
-                continue
-            if n not in sys.modules:
-                sys.modules[n] = m
-                back.append((n, m))
-            todo.extend(self.children.get(n, ()))
-        for n, m in back:
+                continue  # put back earlier, with its own
+            if n not in modules:
+                modules[n] = m
+            back.append(n)
+        for n in back:
             # A package shows only the submodules imported since the
             # fork, as after a fresh import: an attribute naming one still
             # hidden goes (an import of it sets it again).
-            if hasattr(m, "__path__"):
-                for a, v in list(vars(m).items()):
-                    if type(v) is type(m) and self.hidden.get(n + "." + a) is v:
-                        delattr(m, a)
-            parent, _, child = n.rpartition(".")
-            if parent and n != name and sys.modules.get(parent) is not None:
-                setattr(sys.modules[parent], child, m)
-        for n, m in back:
-            for k, v in _ENVD_Z_ENV_ON_RESTORE.get(n, {}).items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            subs = self.subattrs.get(n)
+            if subs:
+                m = modules[n]
+                for a, sub in subs:
+                    if sub in hidden:
+                        try:
+                            delattr(m, a)
+                        except AttributeError:
+                            pass
+            if n != name:
+                parent, _, child = n.rpartition(".")
+                if parent and parent in modules and n in modules:
+                    setattr(modules[parent], child, modules[n])
+            env = _ENVD_Z_ENV_ON_RESTORE.get(n)
+            if env:
+                for k, v in env.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
             fix = _ENVD_Z_ON_RESTORE.get(n)
             if fix is not None:
-                fix(m)
+                fix(modules[n])
 
 
 def _envd_z_preload(module, preload):
@@ -282,8 +316,8 @@ def _envd_z_send(conn, obj):
 class _EnvdZygoteChild:
     """What the forked process runs once the zygote's frames are gone."""
 
-    def __init__(self, req, fds, hidden, children, keep):
-        self.req, self.fds, self.hidden, self.children, self.keep = req, fds, hidden, children, keep
+    def __init__(self, req, fds, restorer, keep):
+        self.req, self.fds, self.restorer, self.keep = req, fds, restorer, keep
 
     def run(self):
         req = self.req
@@ -309,28 +343,47 @@ class _EnvdZygoteChild:
         sys.argv[:] = ["-m"] + argv[m + 2 :]
         if not sys.flags.safe_path:  # -P: nothing prepended
             sys.path[0] = os.getcwd()
+        _envd_z_cmdline(argv)
         main = type(sys)("__main__")
         main.__annotations__ = {}
         main.__builtins__ = sys.modules["builtins"]
         sys.modules["__main__"] = main
         # Whatever the zygote imported after its preload is hidden too.
+        restorer = self.restorer
         for name in list(sys.modules):
             if name not in _envd_z_startup:
                 mod = sys.modules.pop(name)
-                if mod is not None and name not in self.hidden:
-                    self.hidden[name] = mod
-                    self.children.setdefault("", set()).add(name)
+                if mod is not None and name not in restorer.hidden:
+                    restorer.add(name, mod)
         sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _EnvdZygoteTracker)]
-        sys.meta_path.insert(0, _EnvdZygoteRestorer(self.hidden, self.children))
+        sys.meta_path.insert(0, restorer)
         __import__("runpy")  # as `python3 -m` does, with what it brings in
-        mt = self.hidden.get("numpy.random.mtrand")
-        bg = self.hidden.get("numpy.random._mt19937")
+        mt = restorer.hidden.get("numpy.random.mtrand")
+        bg = restorer.hidden.get("numpy.random._mt19937")
         if mt is not None and bg is not None:
             mt._rand._bit_generator.state = bg.MT19937().state
         runpy._run_module_as_main(argv[m + 1], alter_argv=True)
 
 
-def _envd_z_serve(path, hidden, children, keep):
+def _envd_z_cmdline(argv):
+    """Makes /proc/self/cmdline the kernel's command: written over the
+    zygote's arguments (the launcher pads them), the rest zeroed, and cut
+    at its end where the kernel allows it (CAP_SYS_RESOURCE)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end: fields 48 and 49
+        want = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
+        if len(want) > end - start:
+            return
+        ctypes.memmove(start, want + b"\0" * (end - start - len(want)), end - start)
+        ctypes.CDLL(None, use_errno=True).prctl(35, 9, ctypes.c_ulong(start + len(want)), 0, 0)  # PR_SET_MM, PR_SET_MM_ARG_END
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+
+
+def _envd_z_serve(path, restorer, keep):
     """Serves fork requests until the server is gone; returns, in a forked
     child, what it runs."""
     parent = os.getppid()
@@ -389,7 +442,7 @@ def _envd_z_serve(path, hidden, children, keep):
                         c.close()
                     os.close(rfd)
                     os.close(wfd)
-                    return _EnvdZygoteChild(req, fds, hidden, children, keep)
+                    return _EnvdZygoteChild(req, fds, restorer, keep)
                 for fd in fds:
                     os.close(fd)
                 os.close(told)
@@ -466,7 +519,8 @@ def _envd_z_fds():
 
 
 def _envd_z_main():
-    path, module, preload = sys.argv[1], sys.argv[2], sys.argv[3:]
+    path, module = sys.argv[1], sys.argv[2]
+    preload = [a for a in sys.argv[3:] if not a.startswith("-")]  # the padding is not a module
     before = set(_envd_z_fds())
     for e in _envd_z_preload(module, preload):
         print("envd zygote: preload %s" % e, file=sys.stderr, flush=True)
@@ -481,9 +535,11 @@ def _envd_z_main():
     _envd_z_builtins.__import__ = _envd_z_orig_import
     keep = set(_envd_z_fds()) - before
     hidden, children = _envd_z_hide()
+    restorer = _EnvdZygoteRestorer(hidden, children)
+    del hidden, children
     gc.collect()
     gc.freeze()  # no collection touches the shared objects again
-    return _envd_z_serve(path, hidden, children, keep)
+    return _envd_z_serve(path, restorer, keep)
 
 
 _envd_z_child = _envd_z_main()

@@ -130,7 +130,8 @@ class _EnvdZygote:
         self.python, self.env = python, env
         self.sock = _envd_os_zl.path.join(runtime, "envd-zygote-%d-%s.sock" % (_envd_os_zl.getpid(), _envd_os_zl.urandom(4).hex()))
         self.proc = _envd_subprocess_zl.Popen(
-            list(python) + [cfg["program"], self.sock, "ipykernel_launcher"] + list(cfg.get("preload") or []),
+            # The padding leaves room for each kernel's own command line.
+            list(python) + [cfg["program"], self.sock, "ipykernel_launcher"] + list(cfg.get("preload") or []) + ["-" * 1024],
             env=env,
             cwd="/",
             stdin=_envd_subprocess_zl.DEVNULL,
