@@ -11,6 +11,7 @@
 //   ENVD_START_TIMEOUT_MS    how long to wait for GET /health (default 30000)
 //   ENVD_LOG_LEVEL           envd's -log-level (default debug; the log is shown for failed tests)
 //   ENVD_KEEP_LOG=1          keep the temp dir with the logs even when all passed
+//   ENVD_COMPAT_ARGS         extra envd flags, space-separated (e.g. -zygote)
 //   ENVD_COMPAT_STRICT=1     run envd with -strict-users; tests read STRICT to
 //                            expect strict mode's documented differences
 import { spawn, execFileSync } from 'node:child_process'
@@ -149,6 +150,7 @@ export async function startEnvd(opts = {}) {
   const args = ['-host', '127.0.0.1', '-port', String(port), '-code-port', String(codePort), '-forward-ports=false', '-mmds-url', 'off', '-run-dir', '']
   if (!opts.jupyter) args.push('-no-jupyter')
   if (STRICT) args.push('-strict-users')
+  args.push(...(process.env.ENVD_COMPAT_ARGS ?? '').split(' ').filter(Boolean))
   args.push('-log-level', process.env.ENVD_LOG_LEVEL || 'debug', ...(opts.args ?? []))
 
   const child = spawn(bin, args, { stdio: ['ignore', logFd, logFd], env: { ...process.env, ...opts.env } })
