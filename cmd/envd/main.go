@@ -88,7 +88,7 @@ func run(ho *handover.Pending) error {
 	fs.StringVar(&cfg.RunDir, "run-dir", "/run/e2b", "where envd writes .E2B_SANDBOX, .E2B_SANDBOX_ID and .E2B_TEMPLATE_ID; '' writes none")
 	fs.StringVar(&cfg.MMDSURL, "mmds-url", mmds.DefaultURL, "where the host's boot metadata (Firecracker's MMDS) is read; off: not read")
 	warmKernels := fs.String("warm-kernels", interpreter.DefaultWarmKernels().String(), "prestarted kernels per language, as language=count items (python=1,r=1); '' for none")
-	fs.BoolVar(&cfg.Zygote, "zygote", false, "fork Python kernels from a zygote that preloaded ipykernel, numpy, pandas and matplotlib (contexts start faster and share that memory; experimental)")
+	fs.BoolVar(&cfg.Zygote, "zygote", false, "fork Python kernels from a zygote with ipykernel and the data stack loaded (fast first imports; more memory)")
 	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve Go's pprof profiles on this loopback IP:PORT, with no token (default: off)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
