@@ -1,4 +1,5 @@
-# Sourced by the shell benchmarks (bench/files.sh, bench/stream.sh).
+# Sourced by the shell benchmarks (bench/files.sh, bench/stream.sh,
+# bench/zygote.sh).
 
 # now prints the wall clock in seconds, with nanoseconds.
 now() { date +%s.%N; }

@@ -10,25 +10,19 @@
 #     started (Jupyter, the kernels, the zygote), once the default context
 #     and the prestarted kernel are up and the machine has settled
 # Prints ROW lines for bench/run.sh (envd's figure: -zygote's; baseline:
-# today's) and a per-process breakdown of the PSS.
+# today's; plain numbers, which the table's absolute goals compare) and a
+# per-process breakdown of the PSS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
+. bench/lib.sh
 runs=${BENCH_ZYGOTE_RUNS:-7}
-bin=${ENVD_BIN:-}
-if [[ -z $bin ]]; then
+if [[ -z ${ENVD_BIN:-} ]]; then
 	make -s build
-	bin=$PWD/bin/envd
+	ENVD_BIN=$PWD/bin/envd
 fi
 work=$(mktemp -d)
-envd_pid=
-cleanup() {
-	if [[ -n $envd_pid ]]; then kill "$envd_pid" 2>/dev/null || true; wait "$envd_pid" 2>/dev/null || true; fi
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+trap 'stop_envd; rm -rf "$work"' EXIT
 
 # descendants PID: PID and every process under it.
 descendants() {
@@ -46,18 +40,17 @@ kernels() {
 	echo "$n"
 }
 
-start() { # start MODE FLAGS...
-	local p
-	p=$(port)
+# start MODE FLAGS...: envd with Jupyter, once its default Python context
+# answers.
+start() {
 	shift
-	"$bin" -host 127.0.0.1 -forward-ports=false -port "$p" -code-port 0 "$@" >"$work/envd.log" 2>&1 &
-	envd_pid=$!
-	url=http://127.0.0.1:$p
+	start_envd "$work/envd.log" "$@"
+	url=$envd_url
 	for _ in $(seq 600); do
 		if curl -sf -XPOST "$url/execute" -d '{"code":"1"}' 2>/dev/null | grep -q end_of_execution; then return; fi
 		sleep 0.2
 	done
-	echo "envd did not become ready" >&2
+	echo "envd's default context never answered" >&2
 	cat "$work/envd.log" >&2
 	exit 1
 }
@@ -113,10 +106,8 @@ for l in sys.stdin:
 		curl -sf -XDELETE "$url/contexts/$id" >/dev/null
 		sleep 1 # the deleted kernel goes before settle counts
 	done
-	kill "$envd_pid"
-	wait "$envd_pid" || true
-	envd_pid=
-	echo "$mb $(printf '%s\n' "${ctx_ms[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}') $(printf '%s\n' "${imp_ms[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
+	stop_envd
+	echo "$mb $(median "${ctx_ms[@]}") $(median "${imp_ms[@]}")"
 }
 
 read -r z_pss z_ctx z_imp < <(measure zygote -zygote)
@@ -124,7 +115,8 @@ read -r t_pss t_ctx t_imp < <(measure today)
 printf 'idle PSS: -zygote %.1f MB, today %.1f MB\n' "$z_pss" "$t_pss"
 printf 'createCodeContext median: -zygote %.1f ms, today %.1f ms\n' "$z_ctx" "$t_ctx"
 printf 'first data-stack import median: -zygote %.1f ms, today %.1f ms\n' "$z_imp" "$t_imp"
-ratio() { echo "$1 / $2" | bc -l | xargs printf '%.2f'; }
-printf 'ROW\tzygote-import\t%.1f\t%.1f\t%s\n' "$z_imp" "$t_imp" "$(ratio "$z_imp" "$t_imp")"
-printf 'ROW\tzygote-pss\t%.1f\t%.1f\t%s\n' "$z_pss" "$t_pss" "$(ratio "$z_pss" "$t_pss")"
-printf 'ROW\tzygote-ctx\t%.1f\t%.1f\t%s\n' "$z_ctx" "$t_ctx" "$(ratio "$z_ctx" "$t_ctx")"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+one() { awk -v a="$1" 'BEGIN { printf "%.1f", a }'; }
+row zygote-import "$(one "$z_imp")" "$(one "$t_imp")" "$(ratio "$z_imp" "$t_imp")"
+row zygote-pss "$(one "$z_pss")" "$(one "$t_pss")" "$(ratio "$z_pss" "$t_pss")"
+row zygote-ctx "$(one "$z_ctx")" "$(one "$t_ctx")" "$(ratio "$z_ctx" "$t_ctx")"
