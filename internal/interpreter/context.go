@@ -525,9 +525,7 @@ func (c *Context) silentAnswer(ctx context.Context, ks *kernelState, code, marke
 		if err := c.silentOutput(ctx, ks, code, jupyter.ExecuteOptions{Silent: true}, &out); err != nil {
 			return "", err
 		}
-		printed := out.String()
-		if i := strings.LastIndex(printed, marker); i >= 0 {
-			line, _, _ := strings.Cut(printed[i+len(marker):], "\n")
+		if line, ok := markedLine(out.String(), marker); ok {
 			return line, nil
 		}
 		if try == silentAnswers {
@@ -535,6 +533,17 @@ func (c *Context) silentAnswer(ctx context.Context, ks *kernelState, code, marke
 		}
 		c.eng.log.Info("a query's answer did not come; asking again", "context_id", c.ID, "language", c.Language, "query", what, "try", try)
 	}
+}
+
+// markedLine returns the rest of the line after the last marker in
+// printed, and whether there was one.
+func markedLine(printed, marker string) (string, bool) {
+	i := strings.LastIndex(printed, marker)
+	if i < 0 {
+		return "", false
+	}
+	line, _, _ := strings.Cut(printed[i+len(marker):], "\n")
+	return line, true
 }
 
 // kernel returns the current kernel, making sure it is usable and set up:

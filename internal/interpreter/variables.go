@@ -131,11 +131,10 @@ func (c *Context) printedVariables(ctx context.Context, ks *kernelState, code st
 	if err != nil {
 		return err
 	}
-	i := strings.LastIndex(printed, variablesMarker)
-	if i < 0 {
+	line, ok := markedLine(printed, variablesMarker)
+	if !ok {
 		return fmt.Errorf("the variables query printed no answer")
 	}
-	line, _, _ := strings.Cut(printed[i+len(variablesMarker):], "\n")
 	if err := json.Unmarshal([]byte(line), out); err != nil {
 		return fmt.Errorf("decode the variables answer: %w", err)
 	}

@@ -60,6 +60,9 @@ var earlyKernelPy []byte
 // kernel's bind (or its restart's). Written ahead of earlyBootPy and
 // earlyKernelPy, which use it.
 //
+//go:embed kernel_ports.py
+var kernelPortsPy []byte
+
 // zygotePy is the zygote kernels are forked from (Options.Zygote), and
 // zygoteLaunchPy, in the server's config after earlyKernelPy, asks it for
 // kernels. Written to our JUPYTER_CONFIG_DIR.
@@ -69,9 +72,6 @@ var zygotePy []byte
 
 //go:embed zygote_launch.py
 var zygoteLaunchPy []byte
-
-//go:embed kernel_ports.py
-var kernelPortsPy []byte
 
 // Names of the early kernel's files in the config directory.
 const (

@@ -699,8 +699,9 @@ func (s *Supervisor) logTail(run *serverRun, n int) {
 
 // Zygote says which kernels a zygote forks and what it preloads.
 type Zygote struct {
-	// Kernels are kernelspec names whose command is
-	// [PYTHON, -m, ipykernel_launcher, -f, {connection_file}].
+	// Kernels are kernelspec names whose command is [PYTHON, one-word
+	// options (-P...), -m, ipykernel_launcher, args...]; a launch of
+	// another command is started as usual.
 	Kernels []string
 	// Preload are modules the zygote imports beyond the kernel's own,
 	// for users' first imports (numpy, pandas, matplotlib.pyplot).

@@ -234,8 +234,8 @@ class _EnvdZygoteRestorer:
                 fix(modules[n])
 
 
-def _envd_z_preload(module, preload):
-    """Imports what a kernel of module imports, and preload."""
+def _envd_z_preload(preload):
+    """Imports what an ipykernel kernel imports, and preload."""
     errs = []
     for name in ["ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "IPython.core.completer"] + list(preload):
         env = dict(os.environ)
@@ -519,10 +519,10 @@ def _envd_z_fds():
 
 
 def _envd_z_main():
-    path, module = sys.argv[1], sys.argv[2]
+    path = sys.argv[1]  # sys.argv[2] names the module of the kernels it forks (ipykernel_launcher)
     preload = [a for a in sys.argv[3:] if not a.startswith("-")]  # the padding is not a module
     before = set(_envd_z_fds())
-    for e in _envd_z_preload(module, preload):
+    for e in _envd_z_preload(preload):
         print("envd zygote: preload %s" % e, file=sys.stderr, flush=True)
     # Exercise what serving uses, so that nothing is imported later.
     a, b = socket.socketpair()
