@@ -18,7 +18,8 @@
 # BENCH_CODE_RUNS sets runCode's alone), BENCH_CONC_ROUNDS (20 rounds of
 # 100 concurrent commands.run), BENCH_CODE_STARTS (15 createCodeContext
 # calls of each kind), BENCH_STREAM_RUNS (3 streams of BENCH_STREAM_MIB,
-# 1024), BENCH_FILE_RUNS (7 rounds of transfers of BENCH_FILE_MIB, 1024),
+# 1024, to a Go client; BENCH_STREAM_ENVCTL_RUNS: 7 to envctl),
+# BENCH_FILE_RUNS (7 rounds of transfers of BENCH_FILE_MIB, 1024),
 # BENCH_START_RUNS (5 envd starts), BENCH_COLD_RUNS (1 cold machine per
 # language), BENCH_ZYGOTE_RUNS (7 new contexts with and without -zygote).
 set -euo pipefail

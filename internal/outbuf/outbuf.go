@@ -193,6 +193,18 @@ func (l *Log) Write(kind uint8, p []byte) {
 // full; one larger than the capacity is cut to its last capacity bytes by
 // a copy, as Write does.
 func (l *Log) WriteOwned(kind uint8, p []byte) {
+	l.WritePart(kind, p[:len(p):len(p)], p[:cap(p)])
+}
+
+// WritePart appends p, a part of a buffer the caller fills piece by piece,
+// without copying it: the caller must not modify p afterwards. A drain
+// reads into the rest of its buffer after each read and hands over each
+// piece as it comes, so output that arrives in reads of any size is never
+// copied. whole is nil, or the buffer of which p is the last part: the log
+// then takes the buffer, and reuses it (see [Log.Buffer]) once p and the
+// parts before it are gone. p larger than the capacity is cut by a copy,
+// as Write does, and whole is left to the collector.
+func (l *Log) WritePart(kind uint8, p, whole []byte) {
 	if len(p) > l.capacity {
 		l.Write(kind, p)
 		return
@@ -200,7 +212,7 @@ func (l *Log) WriteOwned(kind uint8, p []byte) {
 	if len(p) == 0 {
 		return
 	}
-	l.append(kind, int64(len(p)), p[:len(p):len(p)], p[:cap(p)])
+	l.append(kind, int64(len(p)), p[:len(p):len(p)], whole)
 }
 
 // append adds data as the record of the last len(data) of n bytes written;

@@ -215,11 +215,11 @@ func (l *Log) WritePaced(ctx context.Context, kind uint8, p []byte) {
 	l.Write(kind, p)
 }
 
-// WritePacedOwned paces as WritePaced does, then appends p as
-// [Log.WriteOwned] does: the log takes p.
-func (l *Log) WritePacedOwned(ctx context.Context, kind uint8, p []byte) {
+// WritePacedPart paces as WritePaced does, then appends p as
+// [Log.WritePart] does.
+func (l *Log) WritePacedPart(ctx context.Context, kind uint8, p, whole []byte) {
 	l.pace(ctx, len(p))
-	l.WriteOwned(kind, p)
+	l.WritePart(kind, p, whole)
 }
 
 // pace returns when n more bytes fit (see WritePaced). Clock calls happen

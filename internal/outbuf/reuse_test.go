@@ -151,13 +151,74 @@ func TestBufferReuseRace(t *testing.T) {
 			}
 		})
 	}
+	// Half the buffers are written whole, half in parts of 1 to 4 KiB as
+	// a drain writes them, the last part taking the buffer.
 	ctx := context.Background()
-	for off, n := 0, 0; off < total; off += n {
-		n = min(1<<(10+off%5), total-off) // 1 to 16 KiB
+	for off, n, i := 0, 0, 0; off < total; off, i = off+n, i+1 {
+		n = min(1<<(10+i%5), total-off) // 1 to 16 KiB
 		b := l.Buffer(n)
 		copy(b, pattern(int64(off), n))
-		l.WritePacedOwned(ctx, 1, b)
+		if i%2 == 0 {
+			l.WritePacedPart(ctx, 1, b, b)
+			continue
+		}
+		for at := 0; at < n; {
+			k := min(1<<(10+(at>>10)%3), n-at)
+			var whole []byte
+			if at+k == n {
+				whole = b
+			}
+			l.WritePacedPart(ctx, 1, b[at:at+k], whole)
+			at += k
+		}
 	}
 	l.Close()
 	wg.Wait()
+}
+
+// A buffer written in parts comes back from Buffer only once its last
+// part, which hands it over, is evicted and read past: never while an
+// earlier part is still in the log or held by a reader.
+func TestBufferReuseParts(t *testing.T) {
+	t.Parallel()
+	const size = 1 << 10
+	l := outbuf.New(4*size, outbuf.WithBufferReuse())
+	rd := l.Follow(outbuf.Oldest)
+	defer rd.Close()
+
+	b := l.Buffer(size)
+	copy(b, pattern(0, size))
+	l.WritePart(1, b[:size/2], nil)
+	held, err := rd.Read() // the reader holds the first part
+	if err != nil || len(held) != 1 {
+		t.Fatalf("Read: %v, %d records", err, len(held))
+	}
+	l.WritePart(1, b[size/2:], b)
+	for range 4 { // evicts both parts (more would drop b from the held ones)
+		got := writeOwned(l, size)
+		if &got[0] == &b[0] {
+			t.Fatal("a buffer was handed out while a reader holds its first part")
+		}
+	}
+	checkPattern(t, "first part, held", held)
+	if _, err := rd.Read(); err == nil {
+		t.Fatal("a reader left 4 records behind lost nothing")
+	}
+	for {
+		recs, err := rd.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+	}
+	back := false
+	for range 8 { // the free list, and new buffers past it
+		got := l.Buffer(size)
+		back = back || &got[0] == &b[0]
+	}
+	if !back {
+		t.Fatal("the buffer written in parts never came back once read past")
+	}
 }

@@ -59,6 +59,10 @@ const (
 	maxReadChunk = 1 << 20
 )
 
+// A drain reads into the rest of its buffer until less than
+// 1/minTailPart of it is left, then into another buffer.
+const minTailPart = 4
+
 // outputPipeSize is the kernel buffer of an output pipe (see outputPipe).
 const outputPipeSize = 1 << 20
 
@@ -389,9 +393,14 @@ func (p *Process) signalFor(sig syscall.Signal, why EndReason) error {
 func (p *Process) drain(f *os.File, kind uint8, wg *sync.WaitGroup) {
 	defer wg.Done()
 	defer p.drainEnded()
+	// Each read goes into the rest of buf and the log takes what it read
+	// as it is (no copy); once too little of buf is left for a read, the
+	// log takes buf with its last part, and the drain reads on into a
+	// buffer the log no longer needs (see outbuf's reuse.go).
 	buf := make([]byte, readChunk)
+	off := 0 // buf[:off] is the log's
 	for {
-		n, err := f.Read(buf)
+		n, err := f.Read(buf[off:])
 		if err != nil && p.parkDrain(f, err) {
 			continue // a handover that did not happen: read on
 		}
@@ -402,27 +411,28 @@ func (p *Process) drain(f *os.File, kind uint8, wg *sync.WaitGroup) {
 			f.SetReadDeadline(time.Now().Add(killGrace))
 			continue
 		}
-		full := n == len(buf)
-		switch {
-		case full:
-			// Bulk output: the log takes the buffer, rather than a copy
-			// of it, and the next read goes into one it no longer needs
-			// (see outbuf's reuse.go).
-			p.log.WritePacedOwned(p.pacing, kind, buf)
-		case n > 0:
-			p.log.WritePaced(p.pacing, kind, buf[:n])
+		// The read filled all it was given: output waits in bulk.
+		full := n == len(buf)-off
+		if n > 0 {
+			part := buf[off : off+n]
+			off += n
+			var whole []byte
+			if len(buf)-off < len(buf)/minTailPart {
+				whole = buf // part is buf's last
+			}
+			p.log.WritePacedPart(p.pacing, kind, part, whole)
+			if p.pacing.Err() != nil {
+				p.extendDrain(f, n)
+			}
 		}
-		if n > 0 && p.pacing.Err() != nil {
-			p.extendDrain(f, n)
-		}
-		if full && err == nil {
+		if len(buf)-off < len(buf)/minTailPart && err == nil {
 			// A chunk stays well under the log's size, or one record
 			// would push a reader that keeps up out of it (see flow.go).
 			size := len(buf)
-			if size < min(maxReadChunk, p.logSize/8) {
+			if full && size < min(maxReadChunk, p.logSize/8) {
 				size *= 2
 			}
-			buf = p.log.Buffer(size)
+			buf, off = p.log.Buffer(size), 0
 		}
 		if err != nil {
 			switch {
