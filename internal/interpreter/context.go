@@ -201,10 +201,14 @@ func (c *Context) startNew(ctx context.Context, client *jupyter.Client, cr *crea
 	err = c.setupNew(sctx, ks)
 	cancel()
 	if err != nil {
+		stalled := ctx.Err() == nil && errors.Is(context.Cause(sctx), errSetupStalled)
+		if stalled {
+			// Before its deletion, whose lines would push out its own.
+			c.eng.sup.LogOutputSince(m.ID, "a new "+c.Language+" kernel did not answer its setup: kernel "+m.ID)
+		}
 		_ = k.Close()
 		del()
-		if ctx.Err() == nil && errors.Is(context.Cause(sctx), errSetupStalled) {
-			c.eng.sup.LogRecentOutput("a new " + c.Language + " kernel did not answer its setup: kernel " + m.ID)
+		if stalled {
 			return nil, errSetupStalled
 		}
 		return nil, err

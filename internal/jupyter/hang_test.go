@@ -139,3 +139,38 @@ func TestLogRecentOutput(t *testing.T) {
 		t.Errorf("the log lacks the kernel's stderr:\n%s", out)
 	}
 }
+
+// TestLogOutputSince: the server's output from its word of a kernel's
+// start, with what the kernel printed after it, however much other output
+// came after.
+func TestLogOutputSince(t *testing.T) {
+	t.Parallel()
+	var logs testutil.SyncBuffer
+	s := startSupervisor(t, jupyter.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	c, err := s.Client(testutil.Context(t, kernelTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := startKernel(t, c, "python3", jupyter.KernelOptions{})
+	id := k.ID()
+	mustOK(t, execute(t, k, `import sys; print("envd-test-kernel-says", file=sys.__stderr__, flush=True)
+for i in range(300): print("envd-test-filler", i, file=sys.__stderr__)
+sys.__stderr__.flush()`))
+	// The last call's records: from its first.
+	last := func() string {
+		out := logs.String()
+		return out[strings.LastIndex(out, "recent output follows"):]
+	}
+	found := testutil.PollFor(10*time.Second, func() bool {
+		s.LogOutputSince(id, "the test asks")
+		out := last()
+		return strings.Contains(out, "envd-test-filler 299") && strings.Contains(out, "envd-test-kernel-says")
+	})
+	out := last()
+	if !found || !strings.Contains(out, "Kernel started: "+id) || !strings.Contains(out, `from=`+id) {
+		t.Errorf("the log lacks the kernel's start, its stderr or the last filler line:\n%s", out)
+	}
+	if n := strings.Count(out, "jupyter server output"); n > 100 {
+		t.Errorf("%d lines logged, want at most 100", n)
+	}
+}

@@ -671,6 +671,27 @@ func (s *Supervisor) LogRecentOutput(why string) {
 	s.logTail(run, tailLines)
 }
 
+// LogOutputSince logs what the live server and its kernels printed from
+// the first retained line that holds mark (a kernel's id: from the
+// server's word of its start, with what the kernel printed since), at most
+// sinceLines lines, saying why; or the last lines, as LogRecentOutput
+// does, if no retained line holds it. Nothing for an external server, or
+// while none runs.
+func (s *Supervisor) LogOutputSince(mark, why string) {
+	s.mu.Lock()
+	run := s.live
+	s.mu.Unlock()
+	if run == nil {
+		return
+	}
+	lines := run.out.LinesFrom(mark, sinceLines)
+	if lines == nil {
+		lines = run.out.Lines(tailLines)
+	}
+	s.log.Warn("the jupyter server's recent output follows", "pid", run.pid, "why", why, "from", mark)
+	s.logLines(run, lines)
+}
+
 // RecentOutput returns the last n lines the live server and its kernels
 // printed, oldest first: nil for an external server, or while none runs.
 func (s *Supervisor) RecentOutput(n int) []string {
@@ -684,14 +705,20 @@ func (s *Supervisor) RecentOutput(n int) []string {
 }
 
 // tailLines is how many of its last output lines are logged when a server
-// fails or crashes.
-const tailLines = 20
+// fails or crashes; sinceLines bounds LogOutputSince's.
+const (
+	tailLines  = 20
+	sinceLines = 100
+)
 
-// logTail logs the last n lines the server (and its kernels) printed, one
-// record a line: read as they were printed, not one attribute full of
-// escaped line breaks.
+// logTail logs the last n lines the server (and its kernels) printed.
 func (s *Supervisor) logTail(run *serverRun, n int) {
-	lines := run.out.Lines(n)
+	s.logLines(run, run.out.Lines(n))
+}
+
+// logLines logs lines of the server's output, one record a line: read as
+// they were printed, not one attribute full of escaped line breaks.
+func (s *Supervisor) logLines(run *serverRun, lines []string) {
 	for i, line := range lines {
 		s.log.Warn("jupyter server output", "pid", run.pid, "line", fmt.Sprintf("%d/%d", i+1, len(lines)), "text", line)
 	}

@@ -1,6 +1,8 @@
 package jupyter
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -67,6 +69,39 @@ func (t *tailBuffer) String() string {
 // line breaks. A line cut by the ring's start is dropped, and so are empty
 // trailing lines.
 func (t *tailBuffer) Lines(n int) []string {
+	lines := t.all()
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines
+}
+
+// LinesFrom returns the retained lines from the first that holds mark,
+// oldest first, as Lines does: at most n of them, the first n/2 and the
+// last n-n/2 with a line saying how many were left out between. nil if no
+// retained line holds mark.
+func (t *tailBuffer) LinesFrom(mark string, n int) []string {
+	lines := t.all()
+	i := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, mark) })
+	if i < 0 || n <= 0 {
+		return nil
+	}
+	lines = lines[i:]
+	if len(lines) <= n {
+		return lines
+	}
+	head := n / 2
+	if head == 0 {
+		return lines[len(lines)-n:]
+	}
+	tail := n - head - 1 // a line for the gap
+	out := append([]string{}, lines[:head]...)
+	out = append(out, fmt.Sprintf("[... %d lines ...]", len(lines)-head-tail))
+	return append(out, lines[len(lines)-tail:]...)
+}
+
+// all returns the lines retained, as Lines does.
+func (t *tailBuffer) all() []string {
 	s := t.String()
 	t.mu.Lock()
 	cut := t.full
@@ -81,9 +116,6 @@ func (t *tailBuffer) Lines(n int) []string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) == 1 && lines[0] == "" {
 		return nil
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
 	}
 	return lines
 }

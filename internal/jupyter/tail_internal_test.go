@@ -72,3 +72,27 @@ func TestTailLines(t *testing.T) {
 		}
 	}
 }
+
+func TestTailLinesFrom(t *testing.T) {
+	tests := []struct {
+		name  string
+		write string
+		mark  string
+		n     int
+		want  []string
+	}{
+		{"no such line", "a\nb\n", "k1", 5, nil},
+		{"from the first holding it", "a\nstart k1\nb\nend k1\nc\n", "k1", 5, []string{"start k1", "b", "end k1", "c"}},
+		{"first and last halves", "k1\n1\n2\n3\n4\n5\n6\n", "k1", 5, []string{"k1", "1", "[... 3 lines ...]", "5", "6"}},
+		{"exactly n", "k1\n1\n2\n", "k1", 3, []string{"k1", "1", "2"}},
+		{"one line: the last", "k1\n1\n2\n", "k1", 1, []string{"2"}},
+		{"none wanted", "k1\n", "k1", 0, nil},
+	}
+	for _, tt := range tests {
+		b := newTailBuffer(256)
+		b.Write([]byte(tt.write))
+		if got := b.LinesFrom(tt.mark, tt.n); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: LinesFrom(%q, %d) = %q, want %q", tt.name, tt.mark, tt.n, got, tt.want)
+		}
+	}
+}
