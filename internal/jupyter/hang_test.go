@@ -118,32 +118,11 @@ func TestPausedServerNotStuck(t *testing.T) {
 	}
 }
 
-// TestLogRecentOutput: what a kernel writes to its own stderr (a traceback
-// as it fails to start) reaches envd's log when asked for.
-func TestLogRecentOutput(t *testing.T) {
-	t.Parallel()
-	var logs testutil.SyncBuffer
-	s := startSupervisor(t, jupyter.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	c, err := s.Client(testutil.Context(t, kernelTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, _ := startKernel(t, c, "python3", jupyter.KernelOptions{})
-	mustOK(t, execute(t, k, `import sys; print("envd-test-kernel-says", file=sys.__stderr__, flush=True)`))
-	// The output reaches the server's tail a moment after it is written.
-	found := testutil.PollFor(10*time.Second, func() bool {
-		s.LogRecentOutput("the test asks")
-		return strings.Contains(logs.String(), "envd-test-kernel-says")
-	})
-	if out := logs.String(); !found || !strings.Contains(out, `why="the test asks"`) {
-		t.Errorf("the log lacks the kernel's stderr:\n%s", out)
-	}
-}
-
-// TestLogOutputSince: the server's output from its word of a kernel's
-// start, with what the kernel printed after it, however much other output
-// came after.
-func TestLogOutputSince(t *testing.T) {
+// TestLogKernelOutput: what a kernel writes to its own stderr (a traceback
+// as it fails to start) reaches envd's log when asked for: the last lines
+// (LogRecentOutput), or from the server's word of the kernel's start
+// (LogOutputSince), however much output came after.
+func TestLogKernelOutput(t *testing.T) {
 	t.Parallel()
 	var logs testutil.SyncBuffer
 	s := startSupervisor(t, jupyter.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -153,24 +132,33 @@ func TestLogOutputSince(t *testing.T) {
 	}
 	k, _ := startKernel(t, c, "python3", jupyter.KernelOptions{})
 	id := k.ID()
-	mustOK(t, execute(t, k, `import sys; print("envd-test-kernel-says", file=sys.__stderr__, flush=True)
-for i in range(300): print("envd-test-filler", i, file=sys.__stderr__)
-sys.__stderr__.flush()`))
-	// The last call's records: from its first.
+	// The records of the last call, from its first.
 	last := func() string {
 		out := logs.String()
-		return out[strings.LastIndex(out, "recent output follows"):]
+		return out[max(strings.LastIndex(out, "recent output follows"), 0):]
 	}
+
+	mustOK(t, execute(t, k, `import sys; print("envd-test-kernel-says", file=sys.__stderr__, flush=True)`))
+	// The output reaches the server's tail a moment after it is written.
 	found := testutil.PollFor(10*time.Second, func() bool {
-		s.LogOutputSince(id, "the test asks")
-		out := last()
-		return strings.Contains(out, "envd-test-filler 299") && strings.Contains(out, "envd-test-kernel-says")
+		s.LogRecentOutput("the test asks")
+		return strings.Contains(last(), "envd-test-kernel-says")
+	})
+	if out := last(); !found || !strings.Contains(out, `why="the test asks"`) {
+		t.Errorf("LogRecentOutput: the log lacks the kernel's stderr:\n%s", out)
+	}
+
+	mustOK(t, execute(t, k, `for i in range(300): print("envd-test-filler", i, file=sys.__stderr__)
+sys.__stderr__.flush()`))
+	found = testutil.PollFor(10*time.Second, func() bool {
+		s.LogOutputSince(id, "the test asks again")
+		return strings.Contains(last(), "envd-test-filler 299")
 	})
 	out := last()
-	if !found || !strings.Contains(out, "Kernel started: "+id) || !strings.Contains(out, `from=`+id) {
-		t.Errorf("the log lacks the kernel's start, its stderr or the last filler line:\n%s", out)
+	if !found || !strings.Contains(out, "Kernel started: "+id) || !strings.Contains(out, "envd-test-kernel-says") || !strings.Contains(out, `from=`+id) {
+		t.Errorf("LogOutputSince: the log lacks the kernel's start, its stderr or the last filler line:\n%s", out)
 	}
 	if n := strings.Count(out, "jupyter server output"); n > 100 {
-		t.Errorf("%d lines logged, want at most 100", n)
+		t.Errorf("LogOutputSince: %d lines logged, want at most 100", n)
 	}
 }
