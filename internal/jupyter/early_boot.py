@@ -9,7 +9,10 @@
 # directory) is launched here, before the server's imports, exactly as the
 # server would launch it (the same command, environment, directory and
 # session), and the server takes it over when asked for it (early_kernel.py,
-# in the server's config). Anything unexpected, and the server just runs as
+# in the server's config). If that kernel's kernelspec is one whose kernels
+# are forked (zygote_start.py, written ahead of this file), its zygote is
+# started here instead, and the server's launch of the kernel forks it
+# (zygote_launch.py). Anything unexpected, and the server just runs as
 # usual: this file never stops it from starting.
 import json as _json
 import os as _os
@@ -55,9 +58,37 @@ def _envd_early_kernel():
     if provisioner.get("provisioner_name", "local-provisioner") != "local-provisioner":
         return None
 
+    import re
     import string
     import subprocess
     import uuid
+
+    # The command: jupyter_client's KernelManager.format_kernel_cmd.
+    argv = list(spec["argv"])
+    if argv and argv[0] in {"python", "python%i" % _sys.version_info[0], "python%i.%i" % _sys.version_info[:2]}:
+        argv[0] = _sys.executable
+    pat = re.compile(r"\{([A-Za-z0-9_]+)\}")
+
+    def command(connection_file):
+        ns = {"connection_file": connection_file, "prefix": _sys.prefix, "resource_dir": resource_dir, "cwd": cwd}
+        return [pat.sub(lambda m: ns.get(m.group(1), m.group()), a) for a in argv]
+
+    # The environment: the provisioner's pre_launch and _finalize_env.
+    env = dict(_os.environ)
+    env.update({k: string.Template(v).safe_substitute(env) for k, v in (spec.get("env") or {}).items()})
+    if (spec.get("language") or "").lower().startswith("python"):
+        env.pop("PYTHONEXECUTABLE", None)
+    launched_env = dict(env)
+    launched_env["JPY_PARENT_PID"] = str(_os.getpid())  # jupyter_client's launcher
+
+    # A kernelspec whose kernels are forked (zygote_start.py): its zygote
+    # instead, which forks the kernel when the server asks for it.
+    zcfg = _envd_zs_config()
+    if zcfg and name in {k.lower() for k in zcfg.get("kernels") or []} and _envd_zs_forkable(command("")):
+        cmd = command("")
+        proc, sock = _envd_zs_start(zcfg, cmd, launched_env, runtime)
+        discard = float(want.get("discard_after") or 60)
+        return None, {"key": _envd_zs_key(cmd, launched_env), "proc": proc, "sock": sock, "discard_after": discard}
 
     # Five distinct free ports, as the server picks them (kernel_ports.py,
     # written ahead of this file).
@@ -81,22 +112,7 @@ def _envd_early_kernel():
     with _os.fdopen(fd, "w") as f:
         _json.dump(info, f, indent=1)
 
-    # The command: jupyter_client's KernelManager.format_kernel_cmd.
-    argv = list(spec["argv"])
-    if argv and argv[0] in {"python", "python%i" % _sys.version_info[0], "python%i.%i" % _sys.version_info[:2]}:
-        argv[0] = _sys.executable
-    ns = {"connection_file": _os.path.realpath(file), "prefix": _sys.prefix, "resource_dir": resource_dir, "cwd": cwd}
-    import re
-
-    pat = re.compile(r"\{([A-Za-z0-9_]+)\}")
-    cmd = [pat.sub(lambda m: ns.get(m.group(1), m.group()), a) for a in argv]
-    # The environment: the provisioner's pre_launch and _finalize_env.
-    env = dict(_os.environ)
-    env.update({k: string.Template(v).safe_substitute(env) for k, v in (spec.get("env") or {}).items()})
-    if (spec.get("language") or "").lower().startswith("python"):
-        env.pop("PYTHONEXECUTABLE", None)
-    launched_env = dict(env)
-    launched_env["JPY_PARENT_PID"] = str(_os.getpid())  # jupyter_client's launcher
+    cmd = command(_os.path.realpath(file))
     try:
         proc = subprocess.Popen([_os.path.expanduser(a) for a in cmd], stdin=subprocess.PIPE, cwd=cwd, env=launched_env, start_new_session=True)
     except OSError:
@@ -112,19 +128,20 @@ def _envd_early_kernel():
         "info": info,
         "proc": proc,
         "discard_after": float(want.get("discard_after") or 60),
-    }
+    }, None
 
 
 try:
-    _envd_early = _envd_early_kernel()
+    _envd_early, _envd_zygote = _envd_early_kernel() or (None, None)
 except Exception as _envd_err:  # the server starts regardless
     print("envd: no early kernel: %r" % (_envd_err,), file=_sys.stderr)
-    _envd_early = None
+    _envd_early, _envd_zygote = None, None
 
 import types as _types
 
 _envd_module = _types.ModuleType("envd_early_kernel")
 _envd_module.kernel = _envd_early
+_envd_module.zygote = _envd_zygote
 _sys.modules["envd_early_kernel"] = _envd_module
 
 import runpy as _runpy

@@ -14,11 +14,15 @@ import (
 )
 
 // earlySupervisor starts a supervisor whose servers launch an early
-// python3 kernel in dir.
-func earlySupervisor(t *testing.T, dir string) *jupyter.Supervisor {
+// python3 kernel in dir (its zygote, if z forks python3 kernels).
+func earlySupervisor(t *testing.T, dir string, z ...*jupyter.Zygote) *jupyter.Supervisor {
 	t.Helper()
-	s := jupyter.New(jupyter.Options{Logger: testLogger(), StopGrace: 3 * time.Second,
-		EarlyKernel: func() (string, string) { return "python3", dir }})
+	opts := jupyter.Options{Logger: testLogger(), StopGrace: 3 * time.Second,
+		EarlyKernel: func() (string, string) { return "python3", dir }}
+	if len(z) > 0 {
+		opts.Zygote = z[0]
+	}
+	s := jupyter.New(opts)
 	if err := s.Start(testutil.Context(t, 2*kernelTimeout)); err != nil {
 		t.Fatal(err)
 	}
@@ -180,5 +184,92 @@ func TestEarlyKernelDiscarded(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitGone(t, 10*time.Second, early)
+	})
+}
+
+// zygotes lists the zygotes of s's servers that run (their pids).
+func zygotes(t *testing.T, s *jupyter.Supervisor) []int {
+	t.Helper()
+	program := filepath.Join(jupyter.RuntimeDirForTest(s), "config", "envd_zygote.py")
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.Contains(b, []byte("\x00"+program+"\x00")) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// TestEarlyZygote: when the early kernel's kernelspec is forked
+// (Options.Zygote), the early boot starts that kernelspec's zygote in its
+// place, as the server's imports begin: no early kernel runs, the first
+// start of the kernelspec (the default context's) is forked from that
+// zygote, and a zygote nobody asks for a kernel is ended after the early
+// kernel's wait.
+func TestEarlyZygote(t *testing.T) {
+	// Not parallel: the wait is the package's (SetEarlyDiscardForTest).
+	light := &jupyter.Zygote{Kernels: []string{"python3"}, Preload: []string{"json"}}
+	t.Run("forks the first kernel", func(t *testing.T) {
+		dir := t.TempDir()
+		s := earlySupervisor(t, dir, light)
+		zs := zygotes(t, s)
+		if len(zs) != 1 {
+			t.Fatalf("zygotes %v once the server is up: want the early boot's one", zs)
+		}
+		if pids, files := earlyKernels(t, s); len(pids)+len(files) != 0 {
+			t.Fatalf("early kernels %v, files %v beside the zygote", pids, files)
+		}
+		ctx := testutil.Context(t, kernelTimeout)
+		c, err := s.Client(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := c.StartKernel(ctx, "python3", dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := c.Connect(ctx, m.ID, jupyter.KernelOptions{Direct: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Close()
+		r := mustOK(t, execute(t, k, "import os; print(os.getppid()); print(os.getcwd())"))
+		if want := strconv.Itoa(zs[0]) + "\n" + dir + "\n"; r.stdout != want {
+			t.Fatalf("the kernel says %q, want a fork of the early boot's zygote: %q", r.stdout, want)
+		}
+		if got := zygotes(t, s); len(got) != 1 || got[0] != zs[0] {
+			t.Errorf("zygotes %v after the first kernel, want %v", got, zs)
+		}
+	})
+
+	t.Run("not asked for", func(t *testing.T) {
+		restore := jupyter.SetEarlyDiscardForTest(2 * time.Second)
+		s := earlySupervisor(t, t.TempDir(), light)
+		restore()
+		zs := zygotes(t, s)
+		if len(zs) != 1 {
+			t.Fatalf("zygotes %v once the server is up: want the early boot's one", zs)
+		}
+		waitGone(t, 15*time.Second, zs[0])
+		// A later kernel gets a zygote of its own.
+		ctx := testutil.Context(t, kernelTimeout)
+		c, err := s.Client(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, _ := startKernel(t, c, "python3", jupyter.KernelOptions{})
+		ppid := strings.TrimSpace(mustOK(t, execute(t, k, "import os; print(os.getppid())")).stdout)
+		if got := zygotes(t, s); len(got) != 1 || strconv.Itoa(got[0]) != ppid || got[0] == zs[0] {
+			t.Errorf("the kernel's parent is %s, the zygotes %v: want a new one's fork", ppid, got)
+		}
 	})
 }

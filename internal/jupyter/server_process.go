@@ -73,6 +73,12 @@ var zygotePy []byte
 //go:embed zygote_launch.py
 var zygoteLaunchPy []byte
 
+// zygoteStartPy starts a zygote: written ahead of earlyBootPy, which starts
+// the early kernel's zygote in its place, and of zygoteLaunchPy.
+//
+//go:embed zygote_start.py
+var zygoteStartPy []byte
+
 // Names of the early kernel's files in the config directory.
 const (
 	earlyBootFile    = "envd_jupyter_server.py"
@@ -246,11 +252,12 @@ func (s *Supervisor) writeConfig(token string) error {
 	py = append(py, kernelExitPy...)
 	py = append(py, kernelPortsPy...)
 	py = append(py, earlyKernelPy...)
+	py = append(py, zygoteStartPy...)
 	py = append(py, zygoteLaunchPy...)
 	if err := writeFileAt(cfg, "jupyter_server_config.py", py, 0o644, -1); err != nil {
 		return err
 	}
-	boot := append(append([]byte{}, kernelPortsPy...), earlyBootPy...)
+	boot := append(append(append([]byte{}, kernelPortsPy...), zygoteStartPy...), earlyBootPy...)
 	if err := writeFileAt(cfg, earlyBootFile, boot, 0o644, -1); err != nil {
 		return err
 	}

@@ -1,17 +1,18 @@
 
-# Written by envd into JUPYTER_CONFIG_DIR, after early_kernel.py: kernels
-# forked from a zygote (envd_zygote.py beside this file; envd_zygote.json
-# names the kernelspecs and what the zygote preloads).
+# Written by envd into JUPYTER_CONFIG_DIR, after early_kernel.py and
+# zygote_start.py: kernels forked from a zygote (envd_zygote.py beside this
+# file; envd_zygote.json names the kernelspecs and what the zygote
+# preloads).
 #
 # A launch of one of those kernelspecs whose command is
 # [PYTHON, -m, MODULE, -f, CONNECTION_FILE] asks the zygote of that
 # command and environment for the kernel instead of starting a process:
-# the first such launch starts the zygote (as the kernel would be
-# started: the same environment, its own session) and waits for it to be
-# ready. The kernel it forks is the launch's process for the server
-# (_EnvdForked: poll, wait, signals as a Popen's), and a restart forks
-# another. Anything unexpected (another command, another environment, a
-# zygote that died or did not start) and the launch is the usual one.
+# the zygote the early boot started (for the default context's kernel), or
+# one the first such launch starts; the launch waits for it to be ready.
+# The kernel it forks is the launch's process for the server (_EnvdForked:
+# poll, wait, signals as a Popen's), and a restart forks another. Anything
+# unexpected (another command, another environment, a zygote that died or
+# did not start) and the launch is the usual one.
 import json as _envd_json_zl
 import os as _envd_os_zl
 import select as _envd_select_zl
@@ -20,25 +21,12 @@ import socket as _envd_socket_zl
 import struct as _envd_struct_zl
 import subprocess as _envd_subprocess_zl
 import sys as _envd_sys_zl
+import threading as _envd_threading_zl
 import asyncio as _envd_asyncio_zl
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner as _envd_LP_zl
 
 _ENVD_ZL_READY_WAIT = 60.0  # seconds a launch waits for a starting zygote
-import re as _envd_re_zl
-
-_ENVD_ZL_FLAG = _envd_re_zl.compile(r"-[bBdEiIOPqsSuv]+")
-
-
-def _envd_zl_config():
-    here = _envd_os_zl.environ.get("JUPYTER_CONFIG_DIR", "")
-    try:
-        with open(_envd_os_zl.path.join(here, "envd_zygote.json")) as f:
-            cfg = _envd_json_zl.load(f)
-    except (OSError, ValueError):
-        return None
-    cfg["program"] = _envd_os_zl.path.join(here, "envd_zygote.py")
-    return cfg
 
 
 class _EnvdForked:
@@ -125,19 +113,9 @@ class _EnvdForked:
 class _EnvdZygote:
     """One zygote: of a python and an environment."""
 
-    def __init__(self, cfg, python, env, runtime):
-        """python: the interpreter and its options."""
-        self.python, self.env = python, env
-        self.sock = _envd_os_zl.path.join(runtime, "envd-zygote-%d-%s.sock" % (_envd_os_zl.getpid(), _envd_os_zl.urandom(4).hex()))
-        self.proc = _envd_subprocess_zl.Popen(
-            # The padding leaves room for each kernel's own command line.
-            list(python) + [cfg["program"], self.sock, "ipykernel_launcher"] + list(cfg.get("preload") or []) + ["-" * 1024],
-            env=env,
-            cwd="/",
-            stdin=_envd_subprocess_zl.DEVNULL,
-            start_new_session=True,
-        )
-        print("envd: zygote %d starting for %s" % (self.proc.pid, " ".join(python)), file=_envd_sys_zl.stderr)
+    def __init__(self, proc, sock):
+        self.proc, self.sock = proc, sock
+        self.used = False  # asked for a kernel
 
     def alive(self):
         return self.proc.poll() is None
@@ -190,10 +168,37 @@ class _EnvdZygote:
 
 
 class _EnvdZygotes:
-    def __init__(self, cfg):
+    def __init__(self, cfg, started):
+        """started: the zygote the early boot started, or None."""
         self.cfg = cfg
         self.kernels = {k.lower() for k in cfg.get("kernels") or []}
-        self.zygotes = {}  # (python, env) -> _EnvdZygote
+        self.zygotes = {}  # _envd_zs_key -> _EnvdZygote
+        self.lock = _envd_threading_zl.Lock()
+        if started is not None:
+            z = self.zygotes[started["key"]] = _EnvdZygote(started["proc"], started["sock"])
+            # As the early kernel it stands for: gone if nobody asks for
+            # a kernel of it in time (a launch that differs, say), never a
+            # zygote nobody will use.
+            t = _envd_threading_zl.Timer(started["discard_after"], self.discard, args=(started["key"], z))
+            t.daemon = True
+            t.start()
+
+    def discard(self, key, z):
+        """Ends the zygote z of key if no launch used it."""
+        with self.lock:
+            if z.used or self.zygotes.get(key) is not z:
+                return
+            del self.zygotes[key]
+        print("envd: zygote %d discarded: not asked for a kernel in time" % z.proc.pid, file=_envd_sys_zl.stderr)
+        try:
+            _envd_os_zl.killpg(z.proc.pid, _envd_signal_zl.SIGKILL)  # its own session
+        except OSError:
+            pass
+        try:
+            _envd_os_zl.unlink(z.sock)
+        except OSError:
+            pass
+        _envd_threading_zl.Thread(target=z.proc.wait, name="envd-zygote-reap", daemon=True).start()
 
     def eligible(self, provisioner, cmd, kwargs):
         km = provisioner.parent
@@ -201,28 +206,21 @@ class _EnvdZygotes:
             return False
         if km.transport != "tcp" or set(kwargs) - {"env", "cwd", "kernel_id", "extra_arguments"}:
             return False
-        if kwargs.get("env") is None or not cmd or not _envd_os_zl.path.isabs(cmd[0]) or "-m" not in cmd:
-            return False
-        m = cmd.index("-m")
-        # Interpreter options of one word each (-P, -E, -s...), then the
-        # module, which the zygote knows.
-        return (
-            all(_ENVD_ZL_FLAG.fullmatch(a) for a in cmd[1:m])
-            and cmd[m + 1 : m + 2] == ["ipykernel_launcher"]
-        )
+        return kwargs.get("env") is not None and _envd_zs_forkable(cmd)
 
     async def launch(self, provisioner, cmd, kwargs):
         env = dict(kwargs["env"])
         env["JPY_PARENT_PID"] = str(_envd_os_zl.getpid())  # as jupyter_client's launcher sets it
-        m = cmd.index("-m")
-        key = (tuple(cmd[:m]), tuple(sorted(env.items())))
-        z = self.zygotes.get(key)
-        if z is not None and not z.alive():
-            print("envd: zygote %d exited (%s); starting another" % (z.proc.pid, z.proc.returncode), file=_envd_sys_zl.stderr)
-            z = None
-        if z is None:
-            runtime = _envd_os_zl.environ.get("JUPYTER_RUNTIME_DIR") or _envd_os_zl.path.dirname(cmd[4])
-            z = self.zygotes[key] = _EnvdZygote(self.cfg, cmd[:m], env, runtime)
+        key = _envd_zs_key(cmd, env)
+        with self.lock:
+            z = self.zygotes.get(key)
+            if z is not None and not z.alive():
+                print("envd: zygote %d exited (%s); starting another" % (z.proc.pid, z.proc.returncode), file=_envd_sys_zl.stderr)
+                z = None
+            if z is None:
+                runtime = _envd_os_zl.environ.get("JUPYTER_RUNTIME_DIR") or _envd_os_zl.path.dirname(cmd[-1])
+                z = self.zygotes[key] = _EnvdZygote(*_envd_zs_start(self.cfg, cmd, env, runtime))
+            z.used = True
         cwd = kwargs.get("cwd") or _envd_os_zl.getcwd()
         return await z.fork(list(cmd), env, cwd)
 
@@ -245,7 +243,8 @@ async def _envd_zl_launch_kernel(self, cmd, **kwargs):
 # Below the early kernel's hook (early_kernel.py, which falls back to
 # _envd_orig_launch_kernel): the early kernel is taken first.
 if not hasattr(_envd_LP_zl, "_envd_zygotes") and hasattr(_envd_LP_zl, "_envd_orig_launch_kernel"):
-    _envd_zl_cfg = _envd_zl_config()
-    _envd_LP_zl._envd_zygotes = _EnvdZygotes(_envd_zl_cfg) if _envd_zl_cfg else None
+    _envd_zl_cfg = _envd_zs_config()
+    _envd_zl_started = getattr(_envd_sys_zl.modules.get("envd_early_kernel"), "zygote", None)
+    _envd_LP_zl._envd_zygotes = _EnvdZygotes(_envd_zl_cfg, _envd_zl_started) if _envd_zl_cfg else None
     _envd_LP_zl._envd_zl_orig_launch_kernel = _envd_LP_zl._envd_orig_launch_kernel
     _envd_LP_zl._envd_orig_launch_kernel = _envd_zl_launch_kernel
