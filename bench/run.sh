@@ -53,6 +53,7 @@ files-multipart-tcp|  1 GiB multipart upload vs raw TCP (rate)|-
 ctx-warm|createCodeContext(), prestarted kernel, median|0.1
 zygote-ctx|createCodeContext(), -zygote vs today's, ms, median|<10
 zygote-import|first data-stack import, new context, -zygote vs today's, ms|<50
+zygote-import-default|  the same in the default context (its first cell)|-
 zygote-pss|idle sandbox PSS, -zygote vs today's, MB|<130
 ctx-cold|createCodeContext(), -warm-kernels python=0, median|1.2
 start|envd start to the first runCode result, median|1.1
