@@ -92,15 +92,7 @@ func TestEarlyKernelTakenOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := c.StartKernel(ctx, "python3", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := c.Connect(ctx, m.ID, jupyter.KernelOptions{Direct: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
+	k := startKernelIn(t, c, "python3", dir, jupyter.KernelOptions{Direct: true})
 	r := mustOK(t, execute(t, k, "import os, sys; print(os.getpid()); print(sys.argv[-1]); print(os.getcwd()); y = 7"))
 	if want := strconv.Itoa(early) + "\n" + file + "\n" + dir + "\n"; r.stdout != want {
 		t.Fatalf("the kernel says %q, want the early kernel: %q", r.stdout, want)
@@ -129,7 +121,7 @@ func TestEarlyKernelTakenOver(t *testing.T) {
 	}
 	waitGone(t, 10*time.Second, early)
 	r = mustOK(t, execute(t, k, "import os, sys; print(sys.argv[-1]); print(os.getcwd())"))
-	if want := filepath.Join(jupyter.RuntimeDirForTest(s), "runtime", "kernel-"+m.ID+".json") + "\n" + dir + "\n"; r.stdout != want {
+	if want := filepath.Join(jupyter.RuntimeDirForTest(s), "runtime", "kernel-"+k.ID()+".json") + "\n" + dir + "\n"; r.stdout != want {
 		t.Errorf("after the restart the kernel says %q, want %q", r.stdout, want)
 	}
 	noEarlyKernel(t, s)
@@ -233,15 +225,7 @@ func TestEarlyZygote(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := c.StartKernel(ctx, "python3", dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k, err := c.Connect(ctx, m.ID, jupyter.KernelOptions{Direct: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer k.Close()
+		k := startKernelIn(t, c, "python3", dir, jupyter.KernelOptions{Direct: true})
 		r := mustOK(t, execute(t, k, "import os; print(os.getppid()); print(os.getcwd())"))
 		if want := strconv.Itoa(zs[0]) + "\n" + dir + "\n"; r.stdout != want {
 			t.Fatalf("the kernel says %q, want a fork of the early boot's zygote: %q", r.stdout, want)

@@ -26,8 +26,14 @@ const (
 // connects to it, and deletes it at cleanup.
 func startKernel(t testing.TB, c *jupyter.Client, spec string, opts jupyter.KernelOptions) (*jupyter.Kernel, string) {
 	t.Helper()
-	ctx := testutil.Context(t, kernelTimeout)
 	dir := t.TempDir()
+	return startKernelIn(t, c, spec, dir, opts), dir
+}
+
+// startKernelIn is startKernel in dir.
+func startKernelIn(t testing.TB, c *jupyter.Client, spec, dir string, opts jupyter.KernelOptions) *jupyter.Kernel {
+	t.Helper()
+	ctx := testutil.Context(t, kernelTimeout)
 	m, err := c.StartKernel(ctx, spec, dir)
 	if err != nil {
 		t.Fatalf("start %s kernel: %v", spec, err)
@@ -46,7 +52,7 @@ func startKernel(t testing.TB, c *jupyter.Client, spec string, opts jupyter.Kern
 			t.Errorf("delete kernel: %v", err)
 		}
 	})
-	return k, dir
+	return k
 }
 
 // result is what an execution produced, collected from its messages.
