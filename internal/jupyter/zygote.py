@@ -388,8 +388,11 @@ def _envd_z_serve(path, restorer, keep):
     child, what it runs."""
     parent = os.getppid()
     lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    lsock.bind(path)
+    # The socket gets its name once it listens: a launch waits for the
+    # name, and a connect between bind and listen would be refused.
+    lsock.bind(path + ".new")
     lsock.listen(16)
+    os.rename(path + ".new", path)
     rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wfd)
     signal.signal(signal.SIGCHLD, lambda *a: None)
