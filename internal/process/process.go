@@ -413,11 +413,12 @@ func (p *Process) drain(f *os.File, kind uint8, wg *sync.WaitGroup) {
 		}
 		// The read filled all it was given: output waits in bulk.
 		full := n == len(buf)-off
+		part := buf[off : off+n]
+		off += n
+		done := len(buf)-off < len(buf)/minTailPart // too little left for a read
 		if n > 0 {
-			part := buf[off : off+n]
-			off += n
 			var whole []byte
-			if len(buf)-off < len(buf)/minTailPart {
+			if done {
 				whole = buf // part is buf's last
 			}
 			p.log.WritePacedPart(p.pacing, kind, part, whole)
@@ -425,7 +426,7 @@ func (p *Process) drain(f *os.File, kind uint8, wg *sync.WaitGroup) {
 				p.extendDrain(f, n)
 			}
 		}
-		if len(buf)-off < len(buf)/minTailPart && err == nil {
+		if done && err == nil {
 			// A chunk stays well under the log's size, or one record
 			// would push a reader that keeps up out of it (see flow.go).
 			size := len(buf)
