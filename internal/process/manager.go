@@ -88,6 +88,7 @@ type Manager struct {
 	live   map[uint32]*Process // guarded by mu
 	exited map[uint32]*Process // guarded by mu; dropped after Retention
 	closed bool                // guarded by mu
+	seq    uint64              // guarded by mu: the processes registered so far
 
 	ho managerHandover // a live upgrade's (handover.go)
 }
@@ -233,7 +234,7 @@ func (p *Process) serializeSignals(onRelease func()) {
 	p.signal = func(s syscall.Signal) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if released {
+		if released || p.groupEnded() {
 			return os.ErrProcessDone
 		}
 		return signalGroup(p.pid, p.tty != nil, s)
@@ -479,6 +480,8 @@ func (p *Process) startChild(cmd *exec.Cmd, o StartOptions) (<-chan reaper.Exit,
 // register makes p findable.
 func (m *Manager) register(p *Process) {
 	m.mu.Lock()
+	m.seq++
+	p.seq = m.seq
 	m.live[p.pid] = p
 	delete(m.exited, p.pid)
 	m.mu.Unlock()
@@ -672,7 +675,8 @@ func (m *Manager) Find(s Selector) (*Process, error) {
 }
 
 // find picks among the processes s.As may find: by pid, or the newest with
-// the tag (tags are not unique).
+// the tag (tags are not unique): the last registered, not the highest pid,
+// as pids wrap around.
 func (m *Manager) find(ps map[uint32]*Process, s Selector) *Process {
 	if s.Tag == nil {
 		if p := ps[s.Pid]; p != nil && m.sees(s.As, p) {
@@ -682,7 +686,7 @@ func (m *Manager) find(ps map[uint32]*Process, s Selector) *Process {
 	}
 	var best *Process
 	for _, p := range ps {
-		if p.tag != nil && *p.tag == *s.Tag && m.sees(s.As, p) && (best == nil || p.pid > best.pid) {
+		if p.tag != nil && *p.tag == *s.Tag && m.sees(s.As, p) && (best == nil || p.seq > best.seq) {
 			best = p
 		}
 	}

@@ -159,6 +159,7 @@ type Usage struct {
 // Process is one spawned program.
 type Process struct {
 	pid    uint32
+	seq    uint64 // its order among the Manager's processes; guarded by Manager.mu
 	tag    *string
 	owner  uint32 // the uid of the user it was started as
 	config Config
@@ -195,6 +196,11 @@ type Process struct {
 
 	done chan struct{} // closed once exit is set and the log is closed
 	exit Exit          // valid after done
+
+	// reaped is set once the leader was reaped, groupDead once its group
+	// (session) was then seen empty: from then on its pid (the group's id)
+	// may be another process's, which a signal must not reach.
+	reaped, groupDead atomic.Bool
 
 	ho handoverState // a live upgrade's view of it (handover.go)
 }
@@ -530,6 +536,10 @@ func (p *Process) wait(exitc <-chan reaper.Exit, cleanup func()) {
 	}
 	ex := <-exitc
 	p.noteReaped(ex)
+	p.reaped.Store(true)
+	if !p.groupEnded() {
+		go p.watchGroup()
+	}
 	// The cgroup is read while the output drains, not after (on v1, about
 	// 0.05 ms that the end waited for).
 	exit := p.exitOf(ex)
@@ -573,12 +583,11 @@ func (p *Process) wait(exitc <-chan reaper.Exit, cleanup func()) {
 // members exited and were reaped. Members still there after groupGrace get
 // SIGKILL; after another groupGrace it gives up on those stuck in the kernel.
 func (p *Process) awaitGroup() {
-	session := p.tty != nil
 	timer := p.clock.NewTimer(groupGrace, "process", "group")
 	defer timer.Stop()
 	for escalated := false; ; {
 		reaped := reaper.Reaped() // before the check: a reap after it wakes us
-		if groupGone(p.pid, session) {
+		if p.groupEnded() {
 			return
 		}
 		select {
@@ -588,8 +597,41 @@ func (p *Process) awaitGroup() {
 				return
 			}
 			escalated = true
-			signalGroup(p.pid, session, syscall.SIGKILL)
+			p.signal(syscall.SIGKILL) // not once the group is gone: its pid may be another's
 			timer.Reset(groupGrace, "process", "group")
+		}
+	}
+}
+
+// groupEnded tells whether the reaped leader's group (session) is gone for
+// good, and notes it: once the leader was reaped, an empty group never
+// comes back, and a group with its id is another's (the pid was reused).
+// Before the reap it reports false (the leader, even a zombie, is there).
+func (p *Process) groupEnded() bool {
+	if p.groupDead.Load() {
+		return true
+	}
+	if !p.reaped.Load() || !groupGone(p.pid, p.tty != nil) {
+		return false
+	}
+	p.groupDead.Store(true)
+	return true
+}
+
+// watchGroup notes, at each round of the reaper (at least every 100 ms),
+// whether the reaped leader's group is gone, until it is or the process's
+// end is published: its pid cannot be reused that fast, so a signal never
+// finds another group under it.
+func (p *Process) watchGroup() {
+	for {
+		reaped := reaper.Reaped()
+		if p.groupEnded() {
+			return
+		}
+		select {
+		case <-reaped:
+		case <-p.done:
+			return
 		}
 	}
 }
