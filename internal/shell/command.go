@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/coder/quartz"
+	"golang.org/x/sys/unix"
 
 	"github.com/envd-dev/envd/internal/process"
 )
@@ -184,10 +185,62 @@ func (c *Command) markersFoundLocked() bool {
 }
 
 // closeInput ends the command's input pipe: the command reads
-// end-of-file (once the shell holds the pipe).
+// end-of-file. A program that opens the pipe again by name after that
+// (cat /dev/stdin, open('/dev/stdin')) would wait for a writer for ever,
+// as the pipe is a FIFO: until the command ends, envd opens and closes its
+// write end now and then (every reopenPoll at first, then less often),
+// which lets such an open return, to read what is left in the pipe, then
+// end-of-file, as a reopened anonymous pipe does.
 func (c *Command) closeInput() {
 	if c.in != nil {
 		c.in.close()
+		c.in.wakeOnce.Do(func() { go c.wakeReopens() })
+	}
+}
+
+// An open of a closed input pipe returns within reopenPoll of the close,
+// within reopenPollMax later on: wakeReopens doubles its pause up to it,
+// so that a long command whose input was closed costs a wake-up a few
+// times a second, not fifty.
+const (
+	reopenPoll    = 20 * time.Millisecond
+	reopenPollMax = 250 * time.Millisecond
+)
+
+// wakeReopens opens and closes the write end of c's input pipe, once it
+// is closed, until c ends: an open of its read end that
+// waits for a writer returns (the pipe is the session user's, in envd's
+// private directory, opened through its descriptor without following a
+// link and without waiting for a reader).
+func (c *Command) wakeReopens() {
+	if c.inName == "" {
+		return
+	}
+	pause := reopenPoll
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		pause = min(2*pause, reopenPollMax)
+		t.Reset(pause)
+		if !c.in.closed() {
+			continue // closed only once the shell holds the read end
+		}
+		// Under the manager's lock, which Cleanup takes to remove the
+		// directory. (A pipe its command's end unlinked meanwhile is not
+		// found: nothing to wake.)
+		m := c.s.m
+		m.mu.Lock()
+		if m.dir != nil {
+			if fd, err := unix.Openat(int(m.dir.fd.Fd()), c.inName, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+				unix.Close(fd)
+			}
+		}
+		m.mu.Unlock()
 	}
 }
 

@@ -20,10 +20,18 @@ type input struct {
 	sem chan struct{}
 
 	mu         sync.Mutex
-	f          *os.File // guarded by mu; nil once closed
-	left       []byte   // guarded by mu: the Run's input not written yet
-	opened     bool     // guarded by mu: the shell holds the read end
-	closeAsked bool     // guarded by mu: close once opened
+	f          *os.File  // guarded by mu; nil once closed
+	left       []byte    // guarded by mu: the Run's input not written yet
+	opened     bool      // guarded by mu: the shell holds the read end
+	closeAsked bool      // guarded by mu: close once opened
+	wakeOnce   sync.Once // starts the Command's wakeReopens
+}
+
+// closed tells whether the pipe was closed.
+func (in *input) closed() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.f == nil
 }
 
 func newInput(f *os.File) *input {

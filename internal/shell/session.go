@@ -229,8 +229,8 @@ func (s *Session) Run(o RunOptions) (*Command, *Reader, error) {
 		}
 	case o.Stdin:
 		// Input that comes as it is sent: a FIFO, whose end-of-file comes
-		// with CloseInput. (Reopening /dev/stdin once envd closed its end
-		// waits for a writer that never comes: read stdin itself.)
+		// with CloseInput. (A program that opens /dev/stdin again after
+		// it reads what is left, then end-of-file: Command.closeInput.)
 		name, f, err := dir.fifo("i", s.user)
 		if err != nil {
 			dir.unlink(c.file)
