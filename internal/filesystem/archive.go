@@ -115,6 +115,16 @@ func walkDir(r *resolver, user, root string, fd int, rel string, depth int, coun
 				if err != nil {
 					return osErr(user, "read", full, &os.PathError{Op: "open", Path: full, Err: err})
 				}
+				// Describe what was opened: the name may lead to another
+				// file since the lstat (a fifo, read from forever).
+				if err := unix.Fstat(ffd, &e.Stat); err != nil {
+					unix.Close(ffd)
+					return osErr(user, "read", full, err)
+				}
+				if e.Stat.Mode&unix.S_IFMT != unix.S_IFREG {
+					unix.Close(ffd)
+					continue // swapped for what an archive leaves out
+				}
 				e.File = os.NewFile(uintptr(ffd), full)
 				err = fn(e)
 				e.File.Close()
@@ -206,6 +216,10 @@ func (f *Files) ExtractTar(u *identity.User, dir string, r io.Reader) (int, erro
 		defer unix.Close(sfd)
 		var dirModes map[string]uint32
 		if n, dirModes, err = untar(u.Name, dir, sfd, r); err != nil {
+			return err
+		}
+		// Every conflict first, so that one leaves dir as it was.
+		if err := checkMerge(u.Name, dir, sfd, dfd, ""); err != nil {
 			return err
 		}
 		if err := mergeInto(u.Name, dir, sfd, dfd, ""); err != nil {
@@ -502,11 +516,61 @@ func mergeInto(user, dir string, sfd, dfd int, rel string) error {
 	return nil
 }
 
+// checkMerge finds, before mergeInto moves anything, what it would refuse:
+// a directory of dfd the staged tree sfd has a file or link for, or a file
+// or link of dfd it has a directory for.
+func checkMerge(user, dir string, sfd, dfd int, rel string) error {
+	names, err := readNames(sfd)
+	if err != nil {
+		return osErr(user, "write", dir, err)
+	}
+	for _, name := range names {
+		full := path.Join(dir, rel, name)
+		var st, there unix.Stat_t
+		if err := unix.Fstatat(sfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return osErr(user, "write", full, err)
+		}
+		if unix.Fstatat(dfd, name, &there, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			continue // nothing there: moved in whole
+		}
+		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+		thereDir := there.Mode&unix.S_IFMT == unix.S_IFDIR
+		switch {
+		case isDir && thereDir:
+			csfd, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return osErr(user, "write", full, err)
+			}
+			cdfd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				unix.Close(csfd)
+				return osErr(user, "write", full, err)
+			}
+			err = checkMerge(user, dir, csfd, cdfd, path.Join(rel, name))
+			unix.Close(csfd)
+			unix.Close(cdfd)
+			if err != nil {
+				return err
+			}
+		case thereDir:
+			return newErr(ErrExists, nil, "cannot replace the directory %s with a file", full)
+		case isDir:
+			return newErr(ErrExists, nil, "cannot replace %s, which is not a directory, with a directory", full)
+		}
+	}
+	return nil
+}
+
 // readNames lists the directory open as fd, leaving fd open (the caller
 // owns it: an os.File made from it would close it when collected).
 func readNames(fd int) ([]string, error) {
 	dup, err := unix.Dup(fd)
 	if err != nil {
+		return nil, err
+	}
+	// The dup shares fd's offset: list from the start, however often.
+	if _, err := unix.Seek(dup, 0, io.SeekStart); err != nil {
+		unix.Close(dup)
 		return nil, err
 	}
 	d := os.NewFile(uintptr(dup), "dir")

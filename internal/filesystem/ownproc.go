@@ -473,7 +473,16 @@ func (r *resolver) openFile(p string) (file *os.File, fi fs.FileInfo, err error)
 		}
 		// O_NONBLOCK: should p become a fifo meanwhile, open must not hang.
 		file, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
-		return file, fi, err
+		if err != nil {
+			return nil, fi, err
+		}
+		// What was opened is what is described: p may have been swapped
+		// (for a fifo, which would be read from forever) since the stat.
+		if fi, err = file.Stat(); err != nil || !fi.Mode().IsRegular() {
+			file.Close()
+			return nil, fi, err
+		}
+		return file, fi, nil
 	}
 	fd, err := r.open(p, unix.O_PATH, true)
 	if err != nil {

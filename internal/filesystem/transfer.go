@@ -164,9 +164,16 @@ func (up *Upload) prepare(path string) error {
 	u := up.u
 	fi, err := os.Lstat(path)
 	if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-		if real, rerr := filepath.EvalSymlinks(path); rerr == nil {
+		real, rerr := filepath.EvalSymlinks(path)
+		switch {
+		case rerr == nil:
 			up.target = real
 			fi, err = os.Lstat(real)
+		case kindOf(rerr) != ErrNotFound:
+			// The user may not reach the target (or the links loop):
+			// refused, as writing through the link would be; never
+			// replace the link itself.
+			return osErr(u.Name, "write", path, rerr)
 		}
 	}
 	perm := uint32(0o666)

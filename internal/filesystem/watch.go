@@ -228,15 +228,26 @@ func (w *Watch) laggingErr() error {
 // pump turns notifications into events until the watch stops or fails.
 func (w *Watch) pump() {
 	defer close(w.done)
-	var recent [4]fsnotify.Event // the last few notifications, for dedupe
-	seen := func(ev fsnotify.Event) bool {
-		for _, r := range recent {
+	// A directory below the root this watch holds reports its own chmod
+	// or move, as its parent does, a few notifications apart: recent holds
+	// the last few such notifications of such directories, and each drops
+	// one echo. Files are never deduplicated: the same change made twice
+	// (an editor saving twice through the same temporary file) is two.
+	var recent [4]fsnotify.Event
+	echo := func(ev fsnotify.Event) bool {
+		if ev.Op&(fsnotify.Chmod|fsnotify.Rename) == 0 {
+			return false
+		}
+		for i, r := range recent {
 			if r == ev {
+				recent[i] = fsnotify.Event{}
 				return true
 			}
 		}
-		copy(recent[1:], recent[:len(recent)-1])
-		recent[0] = ev
+		if ev.Name != w.root && w.dirs[ev.Name] {
+			copy(recent[1:], recent[:len(recent)-1])
+			recent[0] = ev
+		}
 		return false
 	}
 	for {
@@ -270,9 +281,7 @@ func (w *Watch) pump() {
 		err := w.f.read(w.u, func() error {
 			names := newNameCache()
 			for _, ev := range batch {
-				// A watched directory's own chmod or move is reported both by
-				// it and by its parent's watch, a few events apart: keep one.
-				if seen(ev) && ev.Op&(fsnotify.Chmod|fsnotify.Rename) != 0 {
+				if echo(ev) {
 					continue
 				}
 				w.convert(r, ev, names, &out)
