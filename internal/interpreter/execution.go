@@ -73,7 +73,7 @@ func newExecution(e *Engine, c *Context, req ExecuteRequest, setEnv string) *Exe
 		code:      req.Code,
 		setEnv:    setEnv,
 		timeout:   req.Timeout,
-		log:       outbuf.New(e.opts.LogBytes, outbuf.WithReaderGrace(e.opts.ReaderGrace), outbuf.WithClock(e.opts.Clock)),
+		log:       outbuf.New(e.opts.LogBytes, outbuf.WithWholeRecords(), outbuf.WithReaderGrace(e.opts.ReaderGrace), outbuf.WithClock(e.opts.Clock)),
 		done:      make(chan struct{}),
 	}
 	if req.Timeout > 0 {

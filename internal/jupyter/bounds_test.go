@@ -207,3 +207,49 @@ func TestSixteenMiBMessageArrivesWhole(t *testing.T) {
 		t.Errorf("%d stream messages, %d bytes; want 1 of 16 MiB", streams, len(r.stdout))
 	}
 }
+
+// TestForgedInputRequestsAreBounded: code in the kernel publishes
+// input_request messages on iopub with its own execution as their parent
+// (anything running in the kernel can use its session). Control messages
+// are never dropped up to twice the cap, but beyond it an input_request is
+// not one of those kept: a reader that is behind (an execution paced to a
+// slow client) must not let the queue grow with what the code sends.
+func TestForgedInputRequestsAreBounded(t *testing.T) {
+	const capBytes = 4 << 20
+	const n = 64 // 1 MiB each
+	k, _ := startKernel(t, shared.client, "python3", jupyter.KernelOptions{MaxQueuedBytes: capBytes})
+	ctx := testutil.Context(t, 5*time.Minute)
+	stop := heapPeak(t)
+	code := fmt.Sprintf(`k = get_ipython().kernel
+p = k.get_parent("shell")
+big = "x" * (1 << 20)
+for i in range(%d):
+    k.session.send(k.iopub_socket, "input_request", {"prompt": big, "password": False}, parent=p)
+`, n)
+	e, err := k.Execute(ctx, code, jupyter.ExecuteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The reader is behind: it reads nothing until the execution ended.
+	select {
+	case <-e.Done():
+	case <-ctx.Done():
+		t.Fatal("execution did not end")
+	}
+	peak := stop()
+	var queued, requests int
+	for {
+		m, err := e.Next(ctx)
+		if err != nil {
+			break
+		}
+		if m.Type() == "input_request" {
+			requests++
+			queued += len(m.Content)
+		}
+	}
+	t.Logf("%d forged input_requests queued, %d MiB; heap peak +%d MiB", requests, queued>>20, peak>>20)
+	if queued > 2*capBytes+(1<<20) {
+		t.Errorf("%d MiB of forged input_request queued, more than twice the %d MiB cap", queued>>20, capBytes>>20)
+	}
+}

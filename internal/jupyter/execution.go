@@ -190,8 +190,11 @@ func (e *Execution) deliver(m *Message) {
 	if isControl(m) {
 		// Never dropped, but bounded all the same: a kernel could forge
 		// them. Beyond twice the cap only the ones that matter are kept.
+		// An input_request is not one of them: a kernel waits for the
+		// reply to each, so a real one never has a queue of them, and
+		// code in the kernel can publish any number.
 		first := (m.Type() == "execute_reply" && e.reply == nil) || (m.Type() == "status" && !e.idle)
-		if e.allBytes+size > 2*limit && !first && m.Type() != "input_request" {
+		if e.allBytes+size > 2*limit && !first {
 			e.dropLocked(m, size)
 			e.mu.Unlock()
 			e.wake()

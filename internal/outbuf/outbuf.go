@@ -134,6 +134,21 @@ type Log struct {
 	room chan struct{}
 
 	reuse *reuse // nil unless WithBufferReuse (reuse.go)
+
+	// wholeRecords: a record larger than the capacity is kept whole while
+	// it is the newest (WithWholeRecords).
+	wholeRecords bool
+}
+
+// WithWholeRecords makes the log keep a record larger than its capacity
+// whole, rather than only its last capacity bytes, for as long as it is
+// the newest record: a log of records that mean nothing cut (encoded
+// events) can then carry one bigger than itself to a Reader that keeps up
+// (a paced write waits until its followers have read everything before
+// it). The next write cuts it to what fits, copying that part, so the log
+// holds at most its capacity plus its newest record.
+func WithWholeRecords() Option {
+	return func(l *Log) { l.wholeRecords = true }
 }
 
 // New returns a log that retains at most capacity bytes of Data, the newest
@@ -175,7 +190,7 @@ func (l *Log) Write(kind uint8, p []byte) {
 		return
 	}
 	n := int64(len(p))
-	if len(p) > l.capacity {
+	if len(p) > l.capacity && !l.wholeRecords {
 		p = p[len(p)-l.capacity:]
 	}
 	// Allocate and copy outside the lock so readers and other writers are
@@ -205,7 +220,7 @@ func (l *Log) WriteOwned(kind uint8, p []byte) {
 // parts before it are gone. p larger than the capacity is cut by a copy,
 // as Write does, and whole is left to the collector.
 func (l *Log) WritePart(kind uint8, p, whole []byte) {
-	if len(p) > l.capacity {
+	if len(p) > l.capacity && !l.wholeRecords {
 		l.Write(kind, p)
 		return
 	}
@@ -239,6 +254,9 @@ func (l *Log) append(kind uint8, n int64, data, whole []byte) {
 // bytes are not touched, so readers holding the old record are unaffected.
 func (l *Log) evict() {
 	limit := l.end - int64(l.capacity) // bytes before limit must go
+	if last := len(l.recs) - 1; l.wholeRecords && last >= l.head && l.recs[last].Off < limit {
+		limit = l.recs[last].Off // the newest record stays whole
+	}
 	for l.head < len(l.recs) {
 		r := &l.recs[l.head]
 		if r.Off+int64(len(r.Data)) <= limit || len(l.recs)-l.head > l.maxRecords {
@@ -248,7 +266,12 @@ func (l *Log) evict() {
 			continue
 		}
 		if r.Off < limit {
+			whole := len(r.Data) > l.capacity // only with WithWholeRecords
 			r.Data = r.Data[limit-r.Off:]
+			if whole {
+				// Hold only the part that fits, not the whole buffer.
+				r.Data = append([]byte(nil), r.Data...)
+			}
 			r.Off = limit
 		}
 		break

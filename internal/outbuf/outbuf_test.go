@@ -881,3 +881,25 @@ func BenchmarkWriteRead(b *testing.B) {
 	}
 	b.ReportMetric(float64(lost)/float64(b.N*chunk), "lost/byte")
 }
+
+// A log WithWholeRecords keeps a record larger than itself whole while it
+// is the newest, and cuts it (copying what fits) at the next write.
+func TestWholeRecords(t *testing.T) {
+	l := outbuf.New(16, outbuf.WithWholeRecords())
+	r := l.Follow(outbuf.Oldest)
+	defer r.Close()
+	big := bytes.Repeat([]byte("x"), 40)
+	l.Write(1, []byte("ab"))
+	if recs, err := r.Read(); err != nil || len(recs) != 1 {
+		t.Fatalf("read %v, %v", recs, err)
+	}
+	l.Write(1, big)
+	recs, err := r.Read()
+	if err != nil || len(recs) != 1 || !bytes.Equal(recs[0].Data, big) {
+		t.Fatalf("read %v, %v: want the big record whole", recs, err)
+	}
+	l.Write(1, []byte("cd"))
+	if got := l.Start(); got != l.End()-16 {
+		t.Errorf("start %d, end %d: the big record was not cut to fit", got, l.End())
+	}
+}
