@@ -244,10 +244,10 @@ func (m *Monitor) scan() ([]Port, error) {
 func compareAddrPort(a, b netip.AddrPort) int { return a.Compare(b) }
 
 // forwards returns what should be forwarded: for each port whose every
-// listener is bound to loopback and none is private, each external address
-// on that port goes to the loopback listener of its family (the other
-// family's if it has none). ports is sorted: the first listener of a
-// family wins.
+// listener is bound to loopback and has a known holder, and none is
+// private, each external address on that port goes to the loopback
+// listener of its family (the other family's if it has none). ports is
+// sorted: the first listener of a family wins.
 func forwards(ports []Port, ext []netip.Addr) map[netip.AddrPort]netip.AddrPort {
 	out := map[netip.AddrPort]netip.AddrPort{}
 	for i := 0; i < len(ports); {
@@ -261,7 +261,10 @@ func forwards(ports []Port, ext []netip.Addr) map[netip.AddrPort]netip.AddrPort 
 		ok := true
 		for i := range ps {
 			p := &ps[i]
-			if !p.Loopback() || p.Private != NotPrivate {
+			// A listener whose holder was not found (the owner walk's
+			// budget ran out before it reached it) may be envd's, its
+			// Jupyter server's or a kernel's: never forward it.
+			if !p.Loopback() || p.Private != NotPrivate || p.PID == 0 {
 				ok = false
 				break
 			}

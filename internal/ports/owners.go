@@ -9,8 +9,11 @@ import (
 
 // Bounds of the owner walk.
 const (
-	// maxFDsPerScan bounds the /proc/PID/fd entries one scan reads: the
-	// sockets not found by then are looked for at the next scan.
+	// maxFDsPerScan bounds the /proc/PID/fd entries one scan reads (a
+	// process's are read whole): the sockets not found by then are looked
+	// for at the next scan, from the process where this one stopped, so
+	// that processes of lower pids holding many descriptors cannot keep
+	// the walk from ever reaching the others.
 	maxFDsPerScan = 1 << 16
 	// missRetry is how many scans an inode no process was found for waits
 	// before it is looked for again.
@@ -33,6 +36,7 @@ type owners struct {
 	selfNS string // /proc/self/ns/net's link: the namespace scanned
 	known  map[uint64]owner
 	missed map[uint64]int // inode -> scans left before it is looked for again
+	next   int            // the pid the next walk starts at: where one cut short stopped; 0 after a whole walk
 }
 
 func newOwners(proc string) *owners {
@@ -70,8 +74,7 @@ func (o *owners) resolve(inodes []uint64) map[uint64]owner {
 			delete(o.missed, ino)
 		}
 	}
-	if len(want) > 0 {
-		o.walk(want)
+	if len(want) > 0 && o.walk(want) {
 		for ino := range want {
 			o.missed[ino] = missRetry
 		}
@@ -91,12 +94,14 @@ func (o *owners) alive(pid int) bool {
 }
 
 // walk looks for the inodes of want in the fd tables of the processes of
-// the scanned network namespace, lowest pid first, and removes each one it
-// finds from want.
-func (o *owners) walk(want map[uint64]bool) {
+// the scanned network namespace, lowest pid first (from where the last
+// walk stopped, if its budget ran out), and removes each one it finds from
+// want. It reports whether it looked at every process (or found them all);
+// false when the budget ran out first.
+func (o *owners) walk(want map[uint64]bool) bool {
 	ents, err := os.ReadDir(o.proc)
 	if err != nil {
-		return
+		return true
 	}
 	pids := make([]int, 0, len(ents))
 	for _, e := range ents {
@@ -105,10 +110,16 @@ func (o *owners) walk(want map[uint64]bool) {
 		}
 	}
 	slices.Sort(pids)
+	start, _ := slices.BinarySearch(pids, o.next)
+	pids = slices.Concat(pids[start:], pids[:start])
 	budget := maxFDsPerScan
 	for _, pid := range pids {
-		if len(want) == 0 || budget <= 0 {
-			return
+		if len(want) == 0 {
+			break
+		}
+		if budget <= 0 {
+			o.next = pid
+			return false
 		}
 		dir := o.proc + "/" + strconv.Itoa(pid)
 		if ns, err := os.Readlink(dir + "/ns/net"); err != nil || ns != o.selfNS {
@@ -119,10 +130,8 @@ func (o *owners) walk(want map[uint64]bool) {
 			continue // gone, or a kernel thread
 		}
 		name := ""
+		budget -= len(fds)
 		for _, fd := range fds {
-			if budget--; budget < 0 {
-				return
-			}
 			link, err := os.Readlink(dir + "/fd/" + fd.Name())
 			if err != nil || !strings.HasPrefix(link, "socket:[") {
 				continue
@@ -140,4 +149,6 @@ func (o *owners) walk(want map[uint64]bool) {
 			delete(o.missed, ino)
 		}
 	}
+	o.next = 0
+	return true
 }

@@ -1,6 +1,7 @@
 package ports_test
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -266,5 +267,91 @@ tfd:       30 events:       19 data:     7f4ac0002300  pos:0 ino:zz sdev:9
 	inos, devs := ports.ParseEpollInfo(info)
 	if !slices.Equal(inos, []uint64{0x26b0d, 0x40e, 0x26b19}) || !slices.Equal(devs, []string{"9", "10", "9"}) {
 		t.Errorf("ParseEpollInfo: %x %q", inos, devs)
+	}
+}
+
+// TestPrivateManyFDs: the owner walk reads at most 65536 descriptors per
+// scan, lowest pid first, and a listener whose holder it did not reach
+// has no owner: it is then taken for the workload's and forwarded. The
+// processes of lower pids than the Jupyter server's or a kernel's (envd,
+// whose descriptors grow with the connections any network client keeps
+// open on its main port, its processes' pipes, watches and tunnels; the
+// workload's processes started before a kernel) holding more than 65536
+// descriptors together is enough: the server's port and the kernel's
+// channels are then forwarded to the sandbox's external addresses, though
+// a private listener never is (docs/ports.md). Here four helper
+// processes, started before the fake Jupyter server, hold them.
+func TestPrivateManyFDs(t *testing.T) {
+	portstest.RequireNetns(t)
+	for range 4 {
+		holdFDs(t, 19_000)
+	}
+	j := portstest.StartJupyter(t)
+	k := j.Kernel
+	m := ports.New(ports.Options{Logger: quietLog(), Forward: true, Clock: quartz.NewMock(t),
+		JupyterServer: func() int { return j.ServerPID },
+		KernelChannels: func(pid int) []uint16 {
+			if pid == k.PID {
+				return []uint16{k.Channel}
+			}
+			return nil
+		}})
+	run(t, m)
+	want := []struct {
+		port    uint16
+		private ports.Private
+	}{{j.ServerPort, ports.PrivateJupyter}, {k.Channel, ports.PrivateKernel}, {k.Pipe, ports.PrivateKernel}}
+	// A scan may leave them to the next (its walk cut short): never
+	// forwarded meanwhile, and known as private after a few.
+	var ps []ports.Port
+	for range 3 {
+		ps = list(t, m, ports.Filter{})
+		for _, w := range want {
+			if p := only(t, ps, w.port); p.Forwarded() {
+				t.Errorf("port %d: private %q, pid %d, forwarded from %v; want private %q, never forwarded", w.port, p.Private, p.PID, p.ForwardedFrom, w.private)
+			}
+			from := net.JoinHostPort(portstest.ExtV4, strconv.Itoa(int(w.port)))
+			if c, err := net.Dial("tcp", from); err == nil {
+				c.Close()
+				t.Errorf("%s reaches private port %d from the sandbox's external address", from, w.port)
+			}
+		}
+		if t.Failed() {
+			return
+		}
+	}
+	for _, w := range want {
+		if p := only(t, ps, w.port); p.Private != w.private {
+			t.Errorf("port %d after 3 scans: private %q, pid %d; want %q", w.port, p.Private, p.PID, w.private)
+		}
+	}
+}
+
+// holdFDs starts a helper process (main_test.go) that holds n open
+// descriptors until the test ends.
+func holdFDs(t *testing.T, n int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), holdFDsEnv+"="+strconv.Itoa(n))
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(out).ReadString('\n')
+		line <- strings.TrimSpace(l)
+	}()
+	if l := testutil.RequireReceive(t, line); l != "ready" {
+		t.Fatalf("the descriptor holder said %q", l)
 	}
 }
