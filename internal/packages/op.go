@@ -104,14 +104,16 @@ func (in *Installer) start(ctx context.Context, p *plan) (*Op, error) {
 	}
 	in.ops.Add(1)
 	in.mu.Unlock()
-	life := in.opts.MaxDuration
-	if deadline, ok := ctx.Deadline(); ok {
-		life = time.Until(deadline)
+	// The request's deadline bounds the operation, the wait for its turn
+	// included: execute gives it what is left once its turn comes.
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(in.opts.MaxDuration)
 	}
 	op := &Op{out: outbuf.New(in.opts.OutputBytes), done: make(chan struct{})}
 	go func() {
 		defer in.ops.Done()
-		res, err := in.execute(ctx, life, p, op)
+		res, err := in.execute(ctx, deadline, p, op)
 		if err != nil {
 			in.log.Info("package operation failed", "manager", string(p.m), "op", p.verb, "error", err)
 		} else {
@@ -123,9 +125,9 @@ func (in *Installer) start(ctx context.Context, p *plan) (*Op, error) {
 }
 
 // execute waits for the manager's turn (as long as ctx lasts), then runs
-// p for at most life: the listing before, the commands, the listing after,
+// p until deadline: the listing before, the commands, the listing after,
 // and the stale contexts. Once it runs, ctx's end no longer stops it.
-func (in *Installer) execute(ctx context.Context, life time.Duration, p *plan, op *Op) (*Result, error) {
+func (in *Installer) execute(ctx context.Context, deadline time.Time, p *plan, op *Op) (*Result, error) {
 	turn := in.turns[p.m]
 	select {
 	case turn <- struct{}{}:
@@ -135,6 +137,7 @@ func (in *Installer) execute(ctx context.Context, life time.Duration, p *plan, o
 		return nil, errorf(ErrUnavailable, "envd is shutting down: no new package operations")
 	}
 	defer func() { <-turn }()
+	life := time.Until(deadline)
 	ctx, cancel := context.WithCancelCause(in.base)
 	defer cancel(nil)
 	timer := in.opts.Clock.AfterFunc(life, func() { cancel(context.DeadlineExceeded) }, "packages", "deadline")

@@ -203,3 +203,47 @@ func TestNpmDirNotTheUsers(t *testing.T) {
 		t.Fatalf("npm in %s as %s: %v, want permission denied naming the user", dir, owner.Name, err)
 	}
 }
+
+// TestDeadlineCountsTheWait: the request's deadline is the installer's
+// (docs/packages.md): an operation that waited for its turn gets what is
+// left of it, not a whole new deadline counted from when its turn came.
+func TestDeadlineCountsTheWait(t *testing.T) {
+	t.Parallel()
+	// pip's environment: only its python is looked at before the
+	// operation runs.
+	venv := t.TempDir()
+	if err := os.Mkdir(venv+"/bin", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(pkgtest.Python, venv+"/bin/python"); err != nil {
+		t.Fatal(err)
+	}
+	me, err := identity.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := quartz.NewMock(t)
+	trap := clock.Trap().AfterFunc("packages", "deadline")
+	defer trap.Close()
+	in := packages.New(packages.Options{Logger: testLogger(), PythonVenv: venv, Clock: clock, DefaultUser: func() (*identity.User, error) { return me, nil }})
+	t.Cleanup(func() { in.Close(context.Background()) })
+
+	const deadline, wait = 4 * time.Second, 3 * time.Second
+	release := packages.HoldTurn(in, packages.PIP)
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	op, err := in.Remove(ctx, packages.RemoveRequest{Manager: packages.PIP, Names: []string{"envd-pkgtest-absent"}, User: me})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(wait) // another operation of pip runs meanwhile
+	release()
+	call := trap.MustWait(testutil.Context(t, testutil.Wait))
+	left := deadline - wait
+	if call.Duration > left+500*time.Millisecond {
+		t.Errorf("the operation may run %v once its turn came, %v after the request's deadline (%v away when it was made, of which it waited %v)",
+			call.Duration.Round(10*time.Millisecond), (call.Duration - left).Round(10*time.Millisecond), deadline, wait)
+	}
+	call.MustRelease(testutil.Context(t, testutil.Wait))
+	testutil.RequireClosed(t, op.Done(), "the operation's end")
+}

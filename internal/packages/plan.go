@@ -405,9 +405,12 @@ func (in *Installer) planRInstall(p *plan, req InstallRequest, src *source) {
 
 // aptOptions are the options of every apt-get that changes packages: no
 // question, wait for dpkg's lock (a command may be running apt), keep
-// configuration files as they are.
+// configuration files as they are, and a name is a name: apt-get would
+// otherwise read one that no package has, holding '.' or '+', as a regular
+// expression over every package's name (python3.+).
 var aptOptions = []string{
 	"--yes", "-q",
+	"-o", "APT::Cmd::Pattern-Only=true",
 	"-o", "DPkg::Lock::Timeout=300",
 	"-o", "Dpkg::Options::=--force-confdef",
 	"-o", "Dpkg::Options::=--force-confold",

@@ -36,6 +36,8 @@ var (
 	// leading '.' or '_', an optional @scope/; uppercase only in old
 	// packages, which still install.
 	npmName = regexp.MustCompile(`^(@[A-Za-z0-9~][A-Za-z0-9._~-]*/)?[A-Za-z0-9~][A-Za-z0-9._~-]*$`)
+	// What npm takes for a tarball's file name.
+	npmFileType = regexp.MustCompile(`(?i)[.](?:tgz|tar\.gz|tar)$`)
 	// R package names: letters, digits and '.', at least two characters,
 	// starting with a letter and not ending with a dot.
 	rName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9.]*[A-Za-z0-9]$`)
@@ -64,9 +66,9 @@ var (
 // nameRules says, for messages, what each manager accepts as a name.
 var nameRules = map[Manager]string{
 	PIP: "a PEP 508 name: ASCII letters, digits, '.', '-' and '_', starting and ending with a letter or digit (extras as name[extra,...])",
-	NPM: "an npm name: URL-safe characters (letters, digits, '-', '.', '_', '~'), not starting with '.' or '_', at most 214 characters, optionally @scope/name",
+	NPM: "an npm name: URL-safe characters (letters, digits, '-', '.', '_', '~'), not starting with '.' or '_', not ending in .tgz, .tar or .tar.gz (npm reads those as files), at most 214 characters, optionally @scope/name",
 	R:   "an R package name: letters, digits and '.', at least two characters, starting with a letter and not ending with '.'",
-	APT: "a Debian package name: lowercase letters, digits, '+', '-' and '.', at least two characters, starting with a letter or digit (optionally name:arch)",
+	APT: "a Debian package name: lowercase letters, digits, '+', '-' and '.', at least two characters, starting with a letter or digit and not ending with '-' (optionally name:arch)",
 }
 
 // versionRules says, for messages, what each manager accepts as a version.
@@ -99,11 +101,18 @@ func validateName(m Manager, field, name string, install bool) error {
 			ok = ok && closed && pipExtras.MatchString(inner)
 		}
 	case NPM:
-		ok = npmName.MatchString(name) && name != "node_modules" && name != "favicon.ico"
+		// npm reads an unscoped name ending as a tarball does as the
+		// path of one, in the project directory (npm-package-arg's
+		// isFileType).
+		ok = npmName.MatchString(name) && name != "node_modules" && name != "favicon.ico" &&
+			(strings.HasPrefix(name, "@") || !npmFileType.MatchString(name))
 	case R:
 		ok = rName.MatchString(name)
 	case APT:
-		ok = aptName.MatchString(name)
+		// apt-get reads NAME- as "remove NAME": no package of Debian's
+		// ends so.
+		base, _, _ := strings.Cut(name, ":")
+		ok = aptName.MatchString(name) && !strings.HasSuffix(base, "-")
 	}
 	if !ok {
 		return errorf(ErrInvalid, "%s %q: not %s", field, name, nameRules[m])

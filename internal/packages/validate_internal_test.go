@@ -15,11 +15,11 @@ func TestNamesAndVersions(t *testing.T) {
 		PIP: {{"numpy", "Django", "zope.interface", "ruamel.yaml.clib", "a", "requests[socks]", "pkg[a,b_c]", "x_1-2.3"},
 			{"-e", "a b", "a/b", "foo_", ".x", "x[", "x[]", "x[a b]", "x[-a]", "x;y", "x==1"}},
 		NPM: {{"lodash", "@types/node", "left-pad", "JSONStream", "a.b_c~d", "@a/b.c"},
-			{".x", "_x", "-x", "@/x", "@s/", "a b", "a:b", "node_modules", "x@1", "é"}},
+			{".x", "_x", "-x", "@/x", "@s/", "a b", "a:b", "node_modules", "x@1", "é", "left-pad.tgz", "x.tar", "x.TAR.GZ"}},
 		R: {{"ggplot2", "data.table", "Rcpp", "R6", "xx"},
 			{"a", "1a", "a_b", "a.", ".a", "a-b"}},
 		APT: {{"curl", "libc6", "g++", "python3.11", "libc6:amd64", "0ad"},
-			{"a", "Curl", "-y", "a_b", "a:", "a:AMD64", "a b"}},
+			{"a", "Curl", "-y", "a_b", "a:", "a:AMD64", "a b", "curl-", "curl-:amd64"}},
 	}
 	for m, c := range names {
 		for _, n := range c[0] {

@@ -484,3 +484,27 @@ func TestApt(t *testing.T) {
 		t.Errorf("remove again: %s", o)
 	}
 }
+
+// TestNpmNameIsNotAFile: a package name is looked up by name, never read as
+// a file: npm reads a name ending in .tgz, .tar or .tar.gz as the path of a
+// tarball in the project directory (which the sandbox user writes), so that
+// "left-pad.tgz" installs whatever was left there under that name.
+func TestNpmNameIsNotAFile(t *testing.T) {
+	t.Parallel()
+	owner := pkgtest.Owner(t)
+	proj := pkgtest.Dir(t, owner)
+	planted := pkgtest.NpmTarball(t, pkgtest.Dir(t, owner), "envd-pkgtest-planted", "6.6.6")
+	if err := os.Rename(planted, filepath.Join(proj, "left-pad.tgz")); err != nil {
+		t.Fatal(err)
+	}
+	pkgtest.Chown(t, proj, owner)
+	registry := "http://" + testutil.ClosedAddr(t) + "/"
+	c := serve(t, owner, packages.Options{Env: func() map[string]string {
+		// Offline: npm runs without envd checking the registry.
+		return map[string]string{"npm_config_registry": registry, "npm_config_offline": "true"}
+	}})
+	o := install(t, c, owner.Name, &pb.InstallRequest{Manager: pb.Manager_MANAGER_NPM, Dir: proj, Packages: pip("left-pad.tgz")})
+	if o.err == nil {
+		t.Errorf("the name left-pad.tgz installed the file %s: changes %v\n%s", filepath.Join(proj, "left-pad.tgz"), o.changes(), o)
+	}
+}
