@@ -470,20 +470,49 @@ func (w *Watch) dropAll() {
 
 // hub owns envd's one inotify instance and routes its notifications to the
 // watches that asked for each directory. It never waits on a watch.
+//
+// inotify watches inodes, not paths: a directory reached by two names (a
+// symlink, a bind mount) has one kernel watch, and fsnotify reports its
+// changes under the one name it was first added by. So the hub keeps one
+// kernel watch per directory, by identity, and gives each watch the
+// changes under the name that watch used.
 type hub struct {
 	log *slog.Logger
 
 	addMu sync.Mutex // serializes changes to the kernel's watch list
 
+	// byID, byName and subs change only with both addMu and mu held, so
+	// either lock is enough to read them.
 	mu     sync.Mutex
-	w      *fsnotify.Watcher              // guarded by mu; nil until first needed
-	subs   map[string]map[*Watch]struct{} // guarded by mu; directory -> watches
-	closed bool                           // guarded by mu
-	done   chan struct{}                  // closed when the loop ends
+	w      *fsnotify.Watcher    // guarded by mu; nil until first needed
+	byID   map[fileID]*dirWatch // the directory's kernel watch
+	byName map[string]*dirWatch // the name fsnotify reports, last added
+	subs   map[dirSub]*dirWatch // what each watch holds, by its own name
+	closed bool                 // guarded by mu
+	done   chan struct{}        // closed when the loop ends
+}
+
+// dirWatch is the kernel's watch of one directory.
+type dirWatch struct {
+	id   fileID
+	name string              // the name fsnotify knows it by, and reports
+	subs map[dirSub]struct{} // who holds it; it goes with the last one
+}
+
+// dirSub is one watch holding a directory by one name: a watch may hold
+// the same directory by two names, both below its root.
+type dirSub struct {
+	w   *Watch
+	dir string
 }
 
 func newHub(log *slog.Logger) *hub {
-	return &hub{log: log, subs: map[string]map[*Watch]struct{}{}}
+	return &hub{
+		log:    log,
+		byID:   map[fileID]*dirWatch{},
+		byName: map[string]*dirWatch{},
+		subs:   map[dirSub]*dirWatch{},
+	}
 }
 
 func (h *hub) watcher() (*fsnotify.Watcher, error) {
@@ -504,8 +533,23 @@ func (h *hub) watcher() (*fsnotify.Watcher, error) {
 	return h.w, nil
 }
 
+// errDirMoved says a directory's name led to another directory between
+// two looks at it.
+var errDirMoved = errors.New("the directory changed while it was being watched")
+
+// dirID stats dir as the caller, following a final symlink as inotify
+// does.
+func dirID(dir string) (fileID, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return fileID{}, err
+	}
+	return fileID{dev: st.Dev, ino: st.Ino}, nil
+}
+
 // add asks the kernel to watch dir for w. Called as the user in strict mode
-// (Files.read), so the kernel checks that the user may read dir.
+// (Files.read), so the kernel checks that the user may read dir, and the
+// stats here see what the user's lookup sees.
 func (h *hub) add(dir string, w *Watch) error {
 	fw, err := h.watcher()
 	if err != nil {
@@ -513,36 +557,168 @@ func (h *hub) add(dir string, w *Watch) error {
 	}
 	h.addMu.Lock()
 	defer h.addMu.Unlock()
+	// The name is looked up once before the kernel's watch and once after:
+	// if it led elsewhere meanwhile, what the kernel watches is unknown, so
+	// try again, a few times.
+	for range 3 {
+		err = h.addOnce(fw, dir, w)
+		if !errors.Is(err, errDirMoved) {
+			return err
+		}
+	}
+	return err
+}
+
+// addOnce is add, once; addMu is held.
+func (h *hub) addOnce(fw *fsnotify.Watcher, dir string, w *Watch) error {
+	id, err := dirID(dir)
+	if err != nil {
+		return err
+	}
+	if k := h.byID[id]; k != nil && k.name != dir && h.known(fw, k) {
+		if leadsTo(k.name, id) {
+			return h.share(fw, k, dir, id, w)
+		}
+		// fsnotify's name for it leads elsewhere now: the directory (or
+		// one above it) was moved, or that name was a link since changed.
+		// fsnotify drops a moved directory's watch once it reads the move,
+		// and would take this name down with it; and its holders let it
+		// go as they see the move. So drop it now, and watch the
+		// directory afresh by this name. Given to fsnotify while it still
+		// held the old one, this name would have been recorded nowhere.
+		h.mu.Lock()
+		delete(h.byName, k.name)
+		h.mu.Unlock()
+		fw.Remove(k.name)
+	}
+	// A new directory, or one fsnotify knows by this very name (another
+	// watch of it, a name watched again), or one fsnotify forgot (moved
+	// or deleted while a slow watch still held it).
 	if err := fw.Add(dir); err != nil {
 		return err
 	}
-	h.mu.Lock()
-	set := h.subs[dir]
-	if set == nil {
-		set = map[*Watch]struct{}{}
-		h.subs[dir] = set
+	after, err := dirID(dir)
+	if err == nil && after != id {
+		err = errDirMoved
 	}
-	set[w] = struct{}{}
+	if err != nil {
+		// Watched, but what is unknown: unless the name is one of the
+		// hub's, let it go.
+		if h.byName[dir] == nil {
+			fw.Remove(dir)
+		}
+		return err
+	}
+	k := h.byID[id]
+	if k == nil || k.name != dir {
+		// Unknown, or known by a name fsnotify forgot: fsnotify now
+		// reports it by this one.
+		k = &dirWatch{id: id, name: dir, subs: map[dirSub]struct{}{}}
+	}
+	h.mu.Lock()
+	h.byID[id] = k
+	// fsnotify now reports this name for this directory, whatever it did
+	// before (a directory mounted over, say).
+	h.byName[dir] = k
 	h.mu.Unlock()
+	h.hold(fw, k, dirSub{w, dir})
 	return nil
+}
+
+// share has w hold k, the kernel's watch of the directory dir names too.
+// Given to fsnotify, dir would find the same kernel watch and be recorded
+// nowhere (fsnotify keeps the first name), or, were dir its name for
+// another directory, that one would lose its watch. But the kernel would
+// have checked that the caller may read the directory: check it.
+func (h *hub) share(fw *fsnotify.Watcher, k *dirWatch, dir string, id fileID, w *Watch) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	unix.Close(fd)
+	if err != nil {
+		return err
+	}
+	if (fileID{dev: st.Dev, ino: st.Ino}) != id {
+		return errDirMoved
+	}
+	h.hold(fw, k, dirSub{w, dir})
+	return nil
+}
+
+// leadsTo tells whether name still leads to the directory id. Only a
+// name that surely does not (gone, or another directory) says no: one the
+// caller may not look up is someone else's, and stays theirs.
+func leadsTo(name string, id fileID) bool {
+	got, err := dirID(name)
+	if err != nil {
+		return !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR)
+	}
+	return got == id
+}
+
+// known tells whether fsnotify still watches k by its name: it forgets a
+// directory moved or deleted, while the watches holding it may not have
+// seen that yet. Asked only for a second name, which is rare, as it lists
+// every watch.
+func (h *hub) known(fw *fsnotify.Watcher, k *dirWatch) bool {
+	return h.byName[k.name] == k && slices.Contains(fw.WatchList(), k.name)
+}
+
+// hold records s as holding k, and lets go of what s held before (the
+// name led elsewhere then); addMu is held.
+func (h *hub) hold(fw *fsnotify.Watcher, k *dirWatch, s dirSub) {
+	h.mu.Lock()
+	old := h.subs[s]
+	var drop string
+	if old != nil && old != k {
+		drop = h.release(old, s)
+	}
+	h.subs[s] = k
+	k.subs[s] = struct{}{}
+	h.mu.Unlock()
+	if drop != "" {
+		fw.Remove(drop)
+	}
+}
+
+// release lets go of s's hold of k and returns the name to give
+// fsnotify.Remove if k's kernel watch should go: none while someone else
+// holds it, by whatever name. Both locks are held.
+func (h *hub) release(k *dirWatch, s dirSub) string {
+	delete(h.subs, s)
+	delete(k.subs, s)
+	if len(k.subs) > 0 {
+		return ""
+	}
+	if h.byID[k.id] == k {
+		delete(h.byID, k.id)
+	}
+	// A name fsnotify gave since to another directory is that one's.
+	if h.byName[k.name] != k {
+		return ""
+	}
+	delete(h.byName, k.name)
+	return k.name
 }
 
 func (h *hub) remove(dir string, w *Watch) {
 	h.addMu.Lock()
 	defer h.addMu.Unlock()
 	h.mu.Lock()
-	set := h.subs[dir]
-	delete(set, w)
-	empty := len(set) == 0
-	if empty {
-		delete(h.subs, dir)
+	s := dirSub{w, dir}
+	var drop string
+	if k := h.subs[s]; k != nil {
+		drop = h.release(k, s)
 	}
 	fw := h.w
 	h.mu.Unlock()
-	if empty && fw != nil {
+	if drop != "" && fw != nil {
 		// The kernel drops the watch of a removed directory by itself, so
 		// this may find nothing to remove.
-		fw.Remove(dir)
+		fw.Remove(drop)
 	}
 }
 
@@ -569,20 +745,30 @@ func (h *hub) loop(fw *fsnotify.Watcher, done chan struct{}) {
 }
 
 // dispatch routes one notification: to the watches of its directory, and,
-// for a change to a watched root itself, to the watches rooted there.
+// for a change to a watched root itself, to the watches rooted there. Each
+// gets it under the name it watches by, whichever name fsnotify used.
 func (h *hub) dispatch(ev fsnotify.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	dir := filepath.Dir(ev.Name)
-	for w := range h.subs[dir] {
-		w.push(ev)
+	if k := h.byName[dir]; k != nil {
+		base := filepath.Base(ev.Name)
+		for s := range k.subs {
+			e := ev
+			e.Name = filepath.Join(s.dir, base)
+			s.w.push(e)
+		}
 	}
 	if dir == ev.Name {
 		return
 	}
-	for w := range h.subs[ev.Name] {
-		if w.root == ev.Name {
-			w.push(ev)
+	if k := h.byName[ev.Name]; k != nil {
+		for s := range k.subs {
+			if s.w.root == s.dir {
+				e := ev
+				e.Name = s.dir
+				s.w.push(e)
+			}
 		}
 	}
 }
@@ -591,12 +777,10 @@ func (h *hub) failAll(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	seen := map[*Watch]bool{}
-	for _, set := range h.subs {
-		for w := range set {
-			if !seen[w] {
-				seen[w] = true
-				w.fail(err)
-			}
+	for s := range h.subs {
+		if !seen[s.w] {
+			seen[s.w] = true
+			s.w.fail(err)
 		}
 	}
 }
