@@ -219,10 +219,10 @@ func (f *Files) ExtractTar(u *identity.User, dir string, r io.Reader) (int, erro
 			return err
 		}
 		// Every conflict first, so that one leaves dir as it was.
-		if err := checkMerge(u.Name, dir, sfd, dfd, ""); err != nil {
+		if err := mergeInto(u.Name, dir, sfd, dfd, "", true); err != nil {
 			return err
 		}
-		if err := mergeInto(u.Name, dir, sfd, dfd, ""); err != nil {
+		if err := mergeInto(u.Name, dir, sfd, dfd, "", false); err != nil {
 			return err
 		}
 		return setDirModes(u.Name, dir, dfd, dirModes)
@@ -466,8 +466,10 @@ func openParent(sfd int, rel string) (int, error) {
 // mergeInto moves every entry of the staging directory sfd into the
 // directory dfd: a file or link replaces what is there (not a directory); a
 // directory is renamed in if nothing is there, else merged into the one
-// there.
-func mergeInto(user, dir string, sfd, dfd int, rel string) error {
+// there. With check it moves nothing and only finds what it would refuse
+// (a file or link over a directory, a directory over anything else): run
+// so first, a refusal leaves dir as it was.
+func mergeInto(user, dir string, sfd, dfd int, rel string, check bool) error {
 	names, err := readNames(sfd)
 	if err != nil {
 		return osErr(user, "write", dir, err)
@@ -493,8 +495,8 @@ func mergeInto(user, dir string, sfd, dfd int, rel string) error {
 				unix.Close(csfd)
 				return osErr(user, "write", full, err)
 			}
-			err = mergeInto(user, dir, csfd, cdfd, path.Join(rel, name))
-			if err == nil {
+			err = mergeInto(user, dir, csfd, cdfd, path.Join(rel, name), check)
+			if err == nil && !check {
 				// Through the descriptor: the name may be a link by now.
 				if err = unix.Fchmod(cdfd, st.Mode&0o7777); err != nil {
 					err = osErr(user, "write", full, err)
@@ -507,55 +509,12 @@ func mergeInto(user, dir string, sfd, dfd int, rel string) error {
 			}
 		case thereDir:
 			return newErr(ErrExists, nil, "cannot replace the directory %s with a file", full)
-		default:
+		case isDir && exists:
+			return newErr(ErrExists, nil, "cannot replace %s, which is not a directory, with a directory", full)
+		case !check:
 			if err := unix.Renameat(sfd, name, dfd, name); err != nil {
 				return osErr(user, "write", full, &os.PathError{Op: "rename", Path: full, Err: err})
 			}
-		}
-	}
-	return nil
-}
-
-// checkMerge finds, before mergeInto moves anything, what it would refuse:
-// a directory of dfd the staged tree sfd has a file or link for, or a file
-// or link of dfd it has a directory for.
-func checkMerge(user, dir string, sfd, dfd int, rel string) error {
-	names, err := readNames(sfd)
-	if err != nil {
-		return osErr(user, "write", dir, err)
-	}
-	for _, name := range names {
-		full := path.Join(dir, rel, name)
-		var st, there unix.Stat_t
-		if err := unix.Fstatat(sfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return osErr(user, "write", full, err)
-		}
-		if unix.Fstatat(dfd, name, &there, unix.AT_SYMLINK_NOFOLLOW) != nil {
-			continue // nothing there: moved in whole
-		}
-		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
-		thereDir := there.Mode&unix.S_IFMT == unix.S_IFDIR
-		switch {
-		case isDir && thereDir:
-			csfd, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return osErr(user, "write", full, err)
-			}
-			cdfd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if err != nil {
-				unix.Close(csfd)
-				return osErr(user, "write", full, err)
-			}
-			err = checkMerge(user, dir, csfd, cdfd, path.Join(rel, name))
-			unix.Close(csfd)
-			unix.Close(cdfd)
-			if err != nil {
-				return err
-			}
-		case thereDir:
-			return newErr(ErrExists, nil, "cannot replace the directory %s with a file", full)
-		case isDir:
-			return newErr(ErrExists, nil, "cannot replace %s, which is not a directory, with a directory", full)
 		}
 	}
 	return nil

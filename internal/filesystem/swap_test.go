@@ -2,8 +2,6 @@ package filesystem_test
 
 import (
 	"os"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,37 +17,12 @@ import (
 func TestOpenNeverReturnsAFIFO(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := testutil.WorkDir(t)
 	root, err := identity.Current()
 	if err != nil {
 		t.Fatal(err)
 	}
-	target := dir + "/out.txt"
-	if err := os.WriteFile(dir+"/reg", []byte("data"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mkfifo(dir+"/fifo", 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// Keep a writer on the FIFO, as the sandbox would.
-	w, err := os.OpenFile(dir+"/fifo", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	// "sandbox code": out.txt is the regular file, then the FIFO, in turn.
-	var stop atomic.Bool
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for !stop.Load() {
-			os.Link(dir+"/reg", dir+"/tmp1")
-			os.Rename(dir+"/tmp1", target)
-			os.Link(dir+"/fifo", dir+"/tmp2")
-			os.Rename(dir+"/tmp2", target)
-		}
-	}()
-	defer func() { stop.Store(true); <-done }()
+	target := testutil.WorkDir(t) + "/out.txt"
+	testutil.SwapFIFO(t, target)
 	deadline := time.Now().Add(3 * time.Second)
 	for i := 0; time.Now().Before(deadline); i++ {
 		f, err := e.files.Open(root, target)
@@ -72,8 +45,7 @@ func TestOpenNeverReturnsAFIFO(t *testing.T) {
 func TestWalkTreeNeverReturnsAFIFO(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := testutil.WorkDir(t)
-	tree := dir + "/tree"
+	tree := testutil.WorkDir(t) + "/tree"
 	if err := os.Mkdir(tree, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -81,29 +53,7 @@ func TestWalkTreeNeverReturnsAFIFO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(dir+"/reg", []byte("data"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mkfifo(dir+"/fifo", 0o644); err != nil {
-		t.Fatal(err)
-	}
-	w, err := os.OpenFile(dir+"/fifo", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	var stop atomic.Bool
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for !stop.Load() {
-			os.Link(dir+"/reg", dir+"/tmp1")
-			os.Rename(dir+"/tmp1", tree+"/out.txt")
-			os.Link(dir+"/fifo", dir+"/tmp2")
-			os.Rename(dir+"/tmp2", tree+"/out.txt")
-		}
-	}()
-	defer func() { stop.Store(true); <-done }()
+	testutil.SwapFIFO(t, tree+"/out.txt")
 	deadline := time.Now().Add(3 * time.Second)
 	for i := 0; time.Now().Before(deadline); i++ {
 		err := e.files.WalkTree(root, tree, func(te filesystem.TreeEntry) error {

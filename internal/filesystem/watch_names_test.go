@@ -34,6 +34,30 @@ func drainUntil(t *testing.T, w *filesystem.Watch, want string) []string {
 	}
 }
 
+// linkedDir makes, in a fresh work directory DIR, the directory DIR/name
+// (mode perm) and the link DIR/link to it, and returns DIR.
+func linkedDir(t *testing.T, name string, perm os.FileMode) string {
+	t.Helper()
+	dir := testutil.WorkDir(t)
+	if err := os.Mkdir(dir+"/"+name, perm); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(name, dir+"/link"); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// me is the test's own user (root).
+func me(t *testing.T) *identity.User {
+	t.Helper()
+	u, err := identity.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
 // An editor's atomic save, done twice: write a temporary file, rename it
 // over the target. Each save renames the temporary file away, and each
 // rename must be reported: a client that misses the second one thinks the
@@ -82,17 +106,7 @@ func TestWatchReportsEveryRenameOfAFile(t *testing.T) {
 func TestWatchSameDirectoryByTwoNames(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
-	dir := testutil.WorkDir(t)
-	if err := os.Mkdir(dir+"/real", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("real", dir+"/link"); err != nil {
-		t.Fatal(err)
-	}
-	root, err := identity.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, root := linkedDir(t, "real", 0o755), me(t)
 	w1, err := e.files.Watch(root, dir+"/real", filesystem.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -133,17 +147,7 @@ func TestWatchSameDirectoryByTwoNamesOneClosed(t *testing.T) {
 		t.Run("close "+closed, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, filesystem.Options{})
-			dir := testutil.WorkDir(t)
-			if err := os.Mkdir(dir+"/real", 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Symlink("real", dir+"/link"); err != nil {
-				t.Fatal(err)
-			}
-			root, err := identity.Current()
-			if err != nil {
-				t.Fatal(err)
-			}
+			dir, root := linkedDir(t, "real", 0o755), me(t)
 			ws := map[string]*filesystem.Watch{}
 			for _, name := range []string{"real", "link"} { // real first: fsnotify's name
 				w, err := e.files.Watch(root, dir+"/"+name, filesystem.WatchOptions{})
@@ -175,17 +179,7 @@ func TestWatchSameDirectoryByTwoNamesRecursive(t *testing.T) {
 		t.Run(map[bool]string{false: "tree first", true: "link first"}[linkFirst], func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, filesystem.Options{})
-			dir := testutil.WorkDir(t)
-			if err := os.Mkdir(dir+"/real", 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Symlink("real", dir+"/link"); err != nil {
-				t.Fatal(err)
-			}
-			root, err := identity.Current()
-			if err != nil {
-				t.Fatal(err)
-			}
+			dir, root := linkedDir(t, "real", 0o755), me(t)
 			watchLink := func() *filesystem.Watch {
 				w, err := e.files.Watch(root, dir+"/link", filesystem.WatchOptions{})
 				if err != nil {
@@ -231,17 +225,7 @@ func TestWatchSameDirectoryByTwoNamesRecursive(t *testing.T) {
 func TestWatchSecondNameStillChecksPermission(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{StrictUsers: true})
-	dir := testutil.WorkDir(t)
-	if err := os.Mkdir(dir+"/priv", 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("priv", dir+"/link"); err != nil {
-		t.Fatal(err)
-	}
-	root, err := identity.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, root := linkedDir(t, "priv", 0o700), me(t)
 	w, err := e.files.Watch(root, dir+"/priv", filesystem.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -4,9 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,29 +16,8 @@ import (
 func TestDownloadOfSwappedFIFOEnds(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	dir := testutil.WorkDir(t)
-	target := dir + "/out.txt"
-	testutil.WriteFile(t, dir+"/reg", "data", 0o644)
-	if err := syscall.Mkfifo(dir+"/fifo", 0o644); err != nil {
-		t.Fatal(err)
-	}
-	w, err := os.OpenFile(dir+"/fifo", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close() // first of the cleanups: lets a hung handler end
-	var stop atomic.Bool
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for !stop.Load() {
-			os.Link(dir+"/reg", dir+"/tmp1")
-			os.Rename(dir+"/tmp1", target)
-			os.Link(dir+"/fifo", dir+"/tmp2")
-			os.Rename(dir+"/tmp2", target)
-		}
-	}()
-	defer func() { stop.Store(true); <-done }()
+	target := testutil.WorkDir(t) + "/out.txt"
+	testutil.SwapFIFO(t, target) // its end lets a hung handler end
 	for i := range 300 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/files?path="+target, nil)

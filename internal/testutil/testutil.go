@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -464,4 +465,39 @@ func Splice(a, b net.Conn) {
 	a.Close()
 	b.Close()
 	<-done
+}
+
+// SwapFIFO plays sandbox code racing envd: until the test ends, target is
+// in turn a regular file (holding "data") and a FIFO whose write end stays
+// open (so a reader of it waits for ever), each renamed into place from a
+// directory of its own (on the same filesystem, as tests' are).
+func SwapFIFO(tb testing.TB, target string) {
+	tb.Helper()
+	dir := tb.TempDir()
+	reg, fifo := filepath.Join(dir, "reg"), filepath.Join(dir, "fifo")
+	WriteFile(tb, reg, "data", 0o644)
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	w, err := os.OpenFile(fifo, os.O_RDWR, 0) // the writer, never closed before the end
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tmp := filepath.Join(dir, "next")
+		for !stop.Load() {
+			os.Link(reg, tmp)
+			os.Rename(tmp, target)
+			os.Link(fifo, tmp)
+			os.Rename(tmp, target)
+		}
+	}()
+	tb.Cleanup(func() {
+		stop.Store(true)
+		<-done
+		w.Close() // lets a reader still stuck on the FIFO end
+	})
 }
