@@ -99,7 +99,8 @@ type Upload struct {
 	tmp     string // base name of the temporary file in dir
 	name    string // base name of the target in dir
 	target  string // the target's path, for messages
-	byRoot  bool   // root made tmp: it renames it, never over an existing file
+	byRoot  bool   // root made tmp: it renames it, never over an existing file but user's own (replace)
+	replace bool   // byRoot, replacing a regular file user owns
 	meta    bool   // metadata was stored
 	werr    error
 	settled bool
@@ -239,20 +240,38 @@ func (up *Upload) createTemp(path string) bool {
 	up.dir = dir
 	up.name = filepath.Base(path)
 	var st unix.Stat_t
-	if err := unix.Fstatat(dir, up.name, &st, unix.AT_SYMLINK_NOFOLLOW); !errors.Is(err, unix.ENOENT) {
-		return false // an entry is there (or cannot be known): root overwrites nothing
+	replace := false
+	switch err := unix.Fstatat(dir, up.name, &st, unix.AT_SYMLINK_NOFOLLOW); {
+	case errors.Is(err, unix.ENOENT):
+	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Uid == up.u.UID && pinned && rootOnly(dir):
+		// user's own file, in a directory only root can change: as
+		// upstream, it is overwritten for user (who may write it).
+		replace = true
+	default:
+		return false // another entry is there (or cannot be known): root overwrites nothing
 	}
 	tmp := tempName()
 	var fd int
 	if pinned && rootOnly(dir) {
-		fd, err = unix.Openat(dir, tmp, tempFlags, 0o666)
+		perm := uint32(0o666)
+		if replace {
+			perm = st.Mode & 0o777
+		}
+		fd, err = unix.Openat(dir, tmp, tempFlags, perm)
 		if err != nil {
 			return false
 		}
-		up.tmp, up.byRoot = tmp, true
+		up.tmp, up.byRoot, up.replace = tmp, true, replace
 		if err := unix.Fchown(fd, int(up.u.UID), int(up.u.GID)); err != nil {
 			unix.Close(fd)
 			return false // the caller's discard removes it
+		}
+		if replace {
+			// The umask applied at creation; the replaced file's bits win.
+			if err := unix.Fchmod(fd, perm); err != nil {
+				unix.Close(fd)
+				return false
+			}
 		}
 	} else {
 		err = up.u.Do(func() error {
@@ -316,7 +335,7 @@ func (up *Upload) Commit() error {
 	}
 	err := up.as(func() error {
 		var err error
-		if up.byRoot {
+		if up.byRoot && !up.replace {
 			// Root made a new file: it never replaces one that
 			// appeared meanwhile.
 			err = unix.Renameat2(up.dir, up.tmp, up.dir, up.name, unix.RENAME_NOREPLACE)
@@ -373,7 +392,7 @@ func (up *Upload) discard() {
 		unix.Close(up.dir)
 		up.dir = -1
 	}
-	up.byRoot = false
+	up.byRoot, up.replace = false, false
 }
 
 // fileID names an inode.

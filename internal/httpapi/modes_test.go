@@ -105,3 +105,39 @@ func TestSignedEmptyPath(t *testing.T) {
 		t.Errorf("signed download: %d %s", r.status, r.body)
 	}
 }
+
+// Default mode: what envd wrote for user, user may write again. A file
+// user owns, in a directory only root can change (a template's /app,
+// WORKDIR made by root), is overwritten as upstream overwrites it (as
+// root, O_TRUNC): the SDK's second files.write of the same path must not
+// fail where the first succeeded, nor where the user itself could write
+// the file in a shell.
+func TestDefaultModeUploadOverwritesUsersOwnFile(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	usr := testutil.User(t, "user")
+	octet := hdr("Content-Type", "application/octet-stream")
+	// root's 0755, as WORKDIR /app makes it, reachable by user.
+	app := t.TempDir()
+	for _, d := range []string{filepath.Dir(app), app} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := app + "/own.txt"
+	decodeWritten(t, e.do(t, "POST", "/files", q("path", p), octet, strings.NewReader("first")))
+	if testutil.Owner(t, p) != usr.UID {
+		t.Fatalf("%s does not belong to user", p)
+	}
+	r := e.do(t, "POST", "/files", q("path", p), octet, strings.NewReader("second"))
+	if r.status != 200 {
+		t.Fatalf("overwriting user's own file %s: status %d: %s", p, r.status, r.body)
+	}
+	if got := read(t, p); got != "second" {
+		t.Errorf("content %q, want %q", got, "second")
+	}
+	if testutil.Owner(t, p) != usr.UID {
+		t.Errorf("%s no longer belongs to user", p)
+	}
+	noTemp(t, app)
+}

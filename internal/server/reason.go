@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 )
 
@@ -36,6 +37,25 @@ func WriteReason(w http.ResponseWriter, r *http.Request, status int, contentType
 	defer conn.Close()
 	recordError(w, status, body)
 	fmt.Fprintf(rw, "HTTP/1.1 %03d %s\r\n", status, phrase)
+	// Headers set before (CORS's Access-Control-Allow-Origin and Vary):
+	// a browser drops an answer without them.
+	keys := make([]string, 0, len(w.Header()))
+	for k := range w.Header() {
+		switch http.CanonicalHeaderKey(k) {
+		case "Content-Type", "Content-Length", "X-Content-Type-Options", "Connection", "Transfer-Encoding":
+			continue
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, v := range w.Header()[k] {
+			if strings.ContainsAny(k+v, "\r\n") {
+				continue
+			}
+			fmt.Fprintf(rw, "%s: %s\r\n", k, v)
+		}
+	}
 	fmt.Fprintf(rw, "Content-Type: %s\r\nX-Content-Type-Options: nosniff\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", contentType, len(body))
 	_, _ = rw.Write(body)
 	_ = rw.Flush()
