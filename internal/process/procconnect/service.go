@@ -157,9 +157,19 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 	if err != nil {
 		return toConnectErr(err)
 	}
-	return s.streamEvents(ctx, p, rd, server.KeepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
+	err = s.streamEvents(ctx, p, rd, server.KeepaliveInterval(req.Header()), func(e *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: e})
 	})
+	if dl, ok := ctx.Deadline(); ok && err == nil && !time.Now().Before(dl) {
+		// The lifetime is the request's deadline, and both run out at
+		// once: whether the kill's end or the deadline reached the loop
+		// first, the stream ends as one whose deadline passed (the SDKs'
+		// TimeoutError).
+		if ex, ok := p.Exit(); ok && ex.Reason == process.EndTimedOut {
+			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("process %d was killed: its lifetime, the request's deadline, ran out", p.Pid()))
+		}
+	}
+	return err
 }
 
 // Connect attaches to a live or recently ended process: it replays the
