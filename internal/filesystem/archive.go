@@ -467,8 +467,8 @@ func openParent(sfd int, rel string) (int, error) {
 // directory dfd: a file or link replaces what is there (not a directory); a
 // directory is renamed in if nothing is there, else merged into the one
 // there. With check it moves nothing and only finds what it would refuse
-// (a file or link over a directory, a directory over anything else): run
-// so first, a refusal leaves dir as it was.
+// (a file or link over a directory, a directory over anything else), with
+// the same errors: run so first, a refusal leaves dir as it was.
 func mergeInto(user, dir string, sfd, dfd int, rel string, check bool) error {
 	names, err := readNames(sfd)
 	if err != nil {
@@ -510,7 +510,8 @@ func mergeInto(user, dir string, sfd, dfd int, rel string, check bool) error {
 		case thereDir:
 			return newErr(ErrExists, nil, "cannot replace the directory %s with a file", full)
 		case isDir && exists:
-			return newErr(ErrExists, nil, "cannot replace %s, which is not a directory, with a directory", full)
+			// As the rename would fail.
+			return osErr(user, "write", full, &os.PathError{Op: "rename", Path: full, Err: unix.ENOTDIR})
 		case !check:
 			if err := unix.Renameat(sfd, name, dfd, name); err != nil {
 				return osErr(user, "write", full, &os.PathError{Op: "rename", Path: full, Err: err})
