@@ -168,7 +168,12 @@ var errSetupStalled = errors.New("the new kernel did not answer its setup")
 // Options.SetupStall ends with errSetupStalled (the kernel deleted).
 func (c *Context) startNew(ctx context.Context, client *jupyter.Client, cr *creation, stallable bool) (*kernelState, error) {
 	cr.enter(phaseStart)
-	m, err := client.StartKernel(ctx, c.kernelName, c.Cwd)
+	// The server finishes a start it began whatever its client does: the
+	// request is not tied to ctx, so that the kernel of a start the caller
+	// gave up on is known, and deleted below, rather than left running.
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), c.eng.opts.CreateTimeout)
+	m, err := client.StartKernel(sctx, c.kernelName, c.Cwd)
+	scancel()
 	if errors.Is(err, jupyter.ErrNoSuchKernelSpec) {
 		c.eng.specs.drop()
 		return nil, newErr(ErrUnsupportedLanguage, err, "language %q is not available any more: its kernelspec %q was removed",
@@ -185,6 +190,10 @@ func (c *Context) startNew(ctx context.Context, client *jupyter.Client, cr *crea
 		}
 	}
 	cr.started(m.ID)
+	if err := ctx.Err(); err != nil {
+		del()
+		return nil, fmt.Errorf("start a %s kernel: %w", c.kernelName, err)
+	}
 	cr.enter(phaseConnect)
 	k, err := client.Connect(ctx, m.ID, c.eng.kernelOptions(c.kernelName))
 	if err != nil {
@@ -740,7 +749,13 @@ func (c *Context) remove(ctx context.Context) error {
 	c.mu.Unlock()
 	c.forgetHanded(ctx)
 	if ks != nil && ks.client.Err() == nil {
-		if err := ks.client.DeleteKernel(ctx, ks.id); err != nil && !gone(err) {
+		// The server finishes a deletion it began whatever its client
+		// does: not tied to ctx, so that a caller giving up cannot leave
+		// the context listed on a deleted kernel.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err := ks.client.DeleteKernel(dctx, ks.id)
+		cancel()
+		if err != nil && !gone(err) {
 			c.mu.Lock()
 			c.removing = false
 			c.mu.Unlock()

@@ -425,17 +425,34 @@ func (k *Kernel) Interrupt(ctx context.Context) error {
 // usable. Executions still in flight end with ErrKernelRestarted (ipykernel
 // usually finishes them first with a KeyboardInterrupt, as the server
 // interrupts before restarting).
+//
+// The server finishes a restart it began whatever its client does, and
+// does not tell the kernel's WebSockets of it: the request is not tied to
+// ctx (at most restartWait), so that a caller giving up cannot leave the
+// connection taking the fresh kernel for the old one (no re-setup, iopub
+// not re-subscribed). A request whose outcome is unknown (no answer)
+// counts as a restart.
 func (k *Kernel) Restart(ctx context.Context) error {
-	if _, err := k.client.RestartKernel(ctx, k.id); err != nil {
-		if errors.Is(err, ErrKernelNotFound) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restartWait)
+	_, err := k.client.RestartKernel(rctx, k.id)
+	cancel()
+	if err != nil {
+		var herr *HTTPError
+		switch {
+		case errors.Is(err, ErrKernelNotFound):
 			k.gone(ErrKernelNotFound)
+		case !errors.As(err, &herr) && k.client.staleErr() == nil:
+			k.restarted(nil) // it may have restarted
 		}
 		return err
 	}
 	k.restarted(nil)
-	_, err := k.ready(ctx)
+	_, err = k.ready(ctx)
 	return err
 }
+
+// restartWait bounds a kernel restart's request (see Kernel.Restart).
+const restartWait = 2 * time.Minute
 
 // InputReply answers an input_request (from the stdin channel) with value.
 func (k *Kernel) InputReply(ctx context.Context, req *Message, value string) error {
