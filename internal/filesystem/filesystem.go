@@ -60,7 +60,8 @@ type Options struct {
 	// StrictUsers gives every operation exactly the rights its user has in
 	// a shell (identity.User.DoStrict). Zero: upstream's behaviour, reads
 	// as root and writes as the user, with root creating missing parents
-	// and new files for the user where only root can (modes.go).
+	// and new files for the user where only root can, and replacing,
+	// renaming and removing the user's own entries there (modes.go).
 	StrictUsers bool
 }
 
@@ -171,7 +172,7 @@ func (f *Files) MakeDir(u *identity.User, path string) (Entry, error) {
 		}
 		return mkdirAll(u.Name, path)
 	})
-	if err != nil && f.rootMayCreate(err) {
+	if err != nil && f.rootMayHelp(err) {
 		fd, created, _, ferr := f.createDirs(u, path)
 		if ferr == nil {
 			unix.Close(fd)
@@ -228,7 +229,9 @@ func mkdirAll(userName, dir string) error {
 }
 
 // Move renames src to dst, creating dst's missing parents; an existing file
-// at dst is replaced. It returns the Entry of dst.
+// at dst is replaced. It returns the Entry of dst. In default mode, root
+// renames u's own entry where u may not write a directory only root can
+// change (moveForUser).
 func (f *Files) Move(u *identity.User, src, dst string) (Entry, error) {
 	if err := checkPath(src); err != nil {
 		return Entry{}, err
@@ -248,8 +251,9 @@ func (f *Files) Move(u *identity.User, src, dst string) (Entry, error) {
 		parentErr = err != nil
 		return err
 	})
-	if err != nil && parentErr && f.rootMayCreate(err) {
-		// Only the parents: the move itself is the user's to make.
+	if err != nil && parentErr && f.rootMayHelp(err) {
+		// Only the parents: the move itself is the user's to make
+		// (or, where the user may not, moveForUser's).
 		if fd, _, _, ferr := f.createDirs(u, filepath.Dir(dst)); ferr == nil {
 			unix.Close(fd)
 			err = nil
@@ -258,29 +262,23 @@ func (f *Files) Move(u *identity.User, src, dst string) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
+	err = f.write(u, func() error {
+		if err := os.Rename(src, dst); err != nil {
+			return moveErr(u, src, dst, err)
+		}
+		return nil
+	})
+	if err != nil && f.rootMayHelp(err) {
+		// u may not write src's or dst's directory: root renames u's own
+		// entry where only root can change that directory (modes.go).
+		err = f.moveForUser(u, src, dst, err)
+	}
+	if err != nil {
+		return Entry{}, err
+	}
 	var e Entry
 	r := f.resolverFor(u)
 	err = f.write(u, func() error {
-		if err := os.Rename(src, dst); err != nil {
-			var le *os.LinkError
-			cause := err
-			if errors.As(err, &le) {
-				cause = le.Err
-			}
-			switch kindOf(err) {
-			case ErrNotFound:
-				return newErr(ErrNotFound, err, "%v", err)
-			case ErrPermission:
-				return newErr(ErrPermission, err, "permission denied: user '%s' may not move %s to %s: %v", u.Name, src, dst, cause)
-			case nil:
-				return err
-			default:
-				if errors.Is(err, syscall.EXDEV) {
-					return newErr(ErrInvalid, err, "cannot move %s to %s: they are on different filesystems", src, dst)
-				}
-				return newErr(kindOf(err), err, "cannot move %s to %s: %v", src, dst, cause)
-			}
-		}
 		var err error
 		e, _, err = r.lstatEntry(dst, newNameCache())
 		if err != nil {
@@ -289,6 +287,28 @@ func (f *Files) Move(u *identity.User, src, dst string) (Entry, error) {
 		return nil
 	})
 	return e, err
+}
+
+// moveErr is the error of a failed rename of src to dst for u.
+func moveErr(u *identity.User, src, dst string, err error) error {
+	var le *os.LinkError
+	cause := err
+	if errors.As(err, &le) {
+		cause = le.Err
+	}
+	switch kindOf(err) {
+	case ErrNotFound:
+		return newErr(ErrNotFound, err, "%v", err)
+	case ErrPermission:
+		return newErr(ErrPermission, err, "permission denied: user '%s' may not move %s to %s: %v", u.Name, src, dst, cause)
+	case nil:
+		return err
+	default:
+		if errors.Is(err, syscall.EXDEV) {
+			return newErr(ErrInvalid, err, "cannot move %s to %s: they are on different filesystems", src, dst)
+		}
+		return newErr(kindOf(err), err, "cannot move %s to %s: %v", src, dst, cause)
+	}
 }
 
 // ListDir lists the entries below dir, depth levels deep (0 counts as 1), in
@@ -353,7 +373,8 @@ func (f *Files) ListDir(u *identity.User, dir string, depth uint32) ([]Entry, er
 }
 
 // Remove deletes path and, for a directory, everything below it. A missing
-// path is not an error.
+// path is not an error. In default mode, root removes u's own entry where
+// u may not write a directory only root can change (removeForUser).
 func (f *Files) Remove(u *identity.User, path string) error {
 	if err := checkPath(path); err != nil {
 		return err
@@ -361,11 +382,17 @@ func (f *Files) Remove(u *identity.User, path string) error {
 	if filepath.Clean(path) == "/" {
 		return newErr(ErrInvalid, nil, "refusing to remove /")
 	}
-	// As the user in both modes: root never removes anything for a user.
-	return f.write(u, func() error {
+	// As the user in both modes; in default mode, where u may not write
+	// the directory holding path, root removes u's own entry if only root
+	// can change that directory (modes.go).
+	err := f.write(u, func() error {
 		if err := os.RemoveAll(path); err != nil {
 			return osErr(u.Name, "remove", path, err)
 		}
 		return nil
 	})
+	if err != nil && f.rootMayHelp(err) {
+		err = f.removeForUser(u, path, err)
+	}
+	return err
 }

@@ -283,6 +283,254 @@ func TestDefaultModeCreatesForUser(t *testing.T) {
 	noTempIn(t, other)
 }
 
+// rootApp is root's 0755 directory, as WORKDIR /app makes it: user may
+// enter it but not write it, and only root can change it or the names that
+// lead to it.
+func rootApp(t *testing.T) string {
+	t.Helper()
+	app := t.TempDir()
+	for _, d := range []string{filepath.Dir(app), app} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return app
+}
+
+// upload writes content to p as u.
+func upload(e *env, u *identity.User, p, content string) error {
+	up, err := e.files.Create(u, p, nil)
+	if err != nil {
+		return err
+	}
+	io.WriteString(up, content)
+	return up.Commit()
+}
+
+// give makes p (not what it links to) belong to u.
+func give(t *testing.T, p string, u *identity.User) {
+	t.Helper()
+	if err := os.Lchown(p, int(u.UID), int(u.GID)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func gone(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s is still there", p)
+		}
+	}
+}
+
+func there(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}
+
+// Default mode: what envd made for user in root's directory (an upload,
+// a MakeDir), user may remove, as upstream removes it: root unlinks user's
+// own entry there, through the directory, once user's own attempt removed
+// what it could. Nothing else: not root's nor another user's entry, not in
+// a directory user could have swapped, not through a link; in strict mode,
+// not at all.
+func TestDefaultModeRemovesUsersOwnInRootDir(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, filesystem.Options{})
+	strict := newEnv(t, filesystem.Options{StrictUsers: true})
+	usr := testutil.User(t, "user")
+	app := rootApp(t)
+	dir := testutil.WorkDir(t)
+
+	if err := upload(e, usr, app+"/a.txt", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.files.MakeDir(usr, app+"/sub"); err != nil {
+		t.Fatal(err)
+	}
+	if err := upload(e, usr, app+"/sub/deep/f.txt", "f"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WriteFile(t, app+"/roots.txt", "root's", 0o666)
+	os.Symlink(app+"/roots.txt", app+"/link")
+	give(t, app+"/link", usr)
+	testutil.WriteFile(t, app+"/guests.txt", "guest's", 0o666)
+	give(t, app+"/guests.txt", guest)
+	// User's directory holding root's, which holds root's file: user
+	// cannot empty it.
+	testutil.WriteFile(t, app+"/mixed/roots/f", "root's", 0o666)
+	give(t, app+"/mixed", usr)
+
+	for _, p := range []string{app + "/a.txt", app + "/sub", app + "/link"} {
+		wantKind(t, strict.files.Remove(usr, p), filesystem.ErrPermission, "user 'user' may not remove "+p)
+	}
+	there(t, app+"/a.txt", app+"/sub", app+"/link")
+
+	for _, p := range []string{app + "/roots.txt", app + "/guests.txt", app + "/mixed"} {
+		wantKind(t, e.files.Remove(usr, p), filesystem.ErrPermission, "user 'user' may not remove "+p)
+	}
+	there(t, app+"/roots.txt", app+"/guests.txt", app+"/mixed/roots/f")
+
+	for _, p := range []string{app + "/a.txt", app + "/sub", app + "/link"} {
+		if err := e.files.Remove(usr, p); err != nil {
+			t.Errorf("remove %s: %v", p, err)
+		}
+	}
+	gone(t, app+"/a.txt", app+"/sub", app+"/link")
+	if b, _ := os.ReadFile(app + "/roots.txt"); string(b) != "root's" {
+		t.Errorf("the link's target changed: %q", b)
+	}
+
+	// Root follows no link: user's link to root's directory.
+	if err := upload(e, usr, app+"/b.txt", "b"); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink(app, dir+"/ulink")
+	give(t, dir+"/ulink", usr)
+	wantKind(t, e.files.Remove(usr, dir+"/ulink/b.txt"), filesystem.ErrPermission, "user 'user' may not remove "+dir+"/ulink/b.txt")
+	// Nor acts in root's directory when user could have put it there
+	// (the 0777 WorkDir), nor where user may not go (root's 0700).
+	swappable := dir + "/roots"
+	testutil.WriteFile(t, swappable+"/mine", "m", 0o644)
+	give(t, swappable+"/mine", usr)
+	wantKind(t, e.files.Remove(usr, swappable+"/mine"), filesystem.ErrPermission, "user 'user' may not remove "+swappable+"/mine")
+	priv := t.TempDir()
+	os.Chmod(priv, 0o700)
+	if err := upload(e, usr, priv+"/mine", "m"); err != nil {
+		t.Fatal(err)
+	}
+	wantKind(t, e.files.Remove(usr, priv+"/mine"), filesystem.ErrPermission, "user 'user' may not remove "+priv+"/mine")
+	there(t, app+"/b.txt", swappable+"/mine", priv+"/mine")
+}
+
+// Default mode: user renames its own entry in root's directory, within it
+// and out of it, as upstream does: root renames it, through the
+// directories, when user may do the rest (reach both, write the other if
+// it is not root's), and replaces only user's own file there. Not into it
+// from a directory user may write.
+func TestDefaultModeMovesUsersOwnInRootDir(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, filesystem.Options{})
+	strict := newEnv(t, filesystem.Options{StrictUsers: true})
+	usr := testutil.User(t, "user")
+	app := rootApp(t)
+	dir := testutil.WorkDir(t) // user may write it; /tmp as app
+	read := func(p string) string {
+		t.Helper()
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	move := func(src, dst string) {
+		t.Helper()
+		en, err := e.files.Move(usr, src, dst)
+		if err != nil {
+			t.Fatalf("move %s to %s: %v", src, dst, err)
+		}
+		if en.Path != dst {
+			t.Errorf("entry %+v", en)
+		}
+		gone(t, src)
+		if testutil.Owner(t, dst) != usr.UID {
+			t.Errorf("%s does not belong to user", dst)
+		}
+	}
+
+	if err := upload(e, usr, app+"/a.txt", "a"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := strict.files.Move(usr, app+"/a.txt", app+"/b.txt")
+	wantKind(t, err, filesystem.ErrPermission, "user 'user' may not move "+app+"/a.txt to "+app+"/b.txt")
+	there(t, app+"/a.txt")
+
+	move(app+"/a.txt", app+"/b.txt") // within
+	if err := upload(e, usr, app+"/c.txt", "c"); err != nil {
+		t.Fatal(err)
+	}
+	move(app+"/b.txt", app+"/c.txt") // over user's own file
+	if read(app+"/c.txt") != "a" {
+		t.Error("user's own file was not replaced")
+	}
+	move(app+"/c.txt", dir+"/out.txt") // out of
+	// Not into it from a directory user may write: sandbox code could
+	// swap what root checked there for an entry that is not user's.
+	_, err = e.files.Move(usr, dir+"/out.txt", app+"/in.txt")
+	wantKind(t, err, filesystem.ErrPermission, "user 'user' may not move "+dir+"/out.txt to "+app+"/in.txt")
+	gone(t, app+"/in.txt")
+	if err := upload(e, usr, app+"/in.txt", read(dir+"/out.txt")); err != nil {
+		t.Fatal(err)
+	}
+	move(app+"/in.txt", app+"/new/deeper/in.txt") // into what root makes for user
+	move(app+"/new", dir+"/new")                  // a directory, out of
+	if read(dir+"/new/deeper/in.txt") != "a" {
+		t.Error("content lost on the way")
+	}
+	_, err = e.files.Move(usr, dir+"/new", app+"/back") // and not back
+	wantKind(t, err, filesystem.ErrPermission, "user 'user' may not move "+dir+"/new to "+app+"/back")
+	if err := upload(e, usr, app+"/in.txt", "a"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Root replaces nothing but user's own file, moves nothing but user's.
+	testutil.WriteFile(t, app+"/roots.txt", "root's", 0o644)
+	testutil.WriteFile(t, app+"/guests.txt", "guest's", 0o644)
+	give(t, app+"/guests.txt", guest)
+	for _, dst := range []string{app + "/roots.txt", app + "/guests.txt"} {
+		_, err := e.files.Move(usr, app+"/in.txt", dst)
+		wantKind(t, err, filesystem.ErrPermission, "user 'user' may not move "+app+"/in.txt to "+dst)
+	}
+	for _, src := range []string{app + "/roots.txt", app + "/guests.txt"} {
+		_, err := e.files.Move(usr, src, app+"/taken")
+		wantKind(t, err, filesystem.ErrPermission, "user 'user' may not move")
+		_, err = e.files.Move(usr, src, dir+"/taken")
+		wantKind(t, err, filesystem.ErrPermission, "user 'user' may not move")
+	}
+	if read(app+"/roots.txt") != "root's" || read(app+"/guests.txt") != "guest's" || read(app+"/in.txt") != "a" {
+		t.Error("a refused move changed a file")
+	}
+	gone(t, app+"/taken", dir+"/taken")
+
+	// Nor where user may not write the other directory (another user's),
+	// nor reach it (root's 0700), nor where user could have swapped the
+	// directory (root's, in the 0777 WorkDir).
+	guests := dir + "/guests"
+	os.Mkdir(guests, 0o755)
+	give(t, guests, guest)
+	priv := t.TempDir()
+	os.Chmod(priv, 0o700)
+	swappable := dir + "/roots"
+	os.Mkdir(swappable, 0o755)
+	for _, dst := range []string{guests + "/x", priv + "/x", swappable + "/x"} {
+		_, err := e.files.Move(usr, app+"/in.txt", dst)
+		wantKind(t, err, filesystem.ErrPermission, "user 'user' may not move "+app+"/in.txt to "+dst)
+	}
+	gone(t, guests+"/x", priv+"/x", swappable+"/x")
+
+	// Root follows no link: user's link to root's directory, at either
+	// end.
+	os.Symlink(app, dir+"/ulink")
+	give(t, dir+"/ulink", usr)
+	testutil.WriteFile(t, dir+"/mine", "m", 0o644)
+	give(t, dir+"/mine", usr)
+	for _, m := range [][2]string{
+		{dir + "/ulink/in.txt", dir + "/ulink/via.txt"},
+		{dir + "/ulink/in.txt", dir + "/via.txt"},
+		{dir + "/mine", dir + "/ulink/via.txt"},
+	} {
+		_, err := e.files.Move(usr, m[0], m[1])
+		wantKind(t, err, filesystem.ErrPermission, "user 'user' may not move "+m[0]+" to "+m[1])
+	}
+	there(t, app+"/in.txt", dir+"/mine")
+	gone(t, app+"/via.txt", dir+"/via.txt")
+}
+
 // An upload's temporary file is renamed and removed through the descriptor
 // of the directory it was made in: the user swapping that directory for a
 // symlink mid-upload makes envd touch nothing elsewhere.

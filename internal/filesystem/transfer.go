@@ -137,7 +137,7 @@ func (f *Files) Create(u *identity.User, path string, md map[string]string) (*Up
 		}
 		return up.setMetadata(md)
 	})
-	if err != nil && f.rootMayCreate(err) && up.createTemp(path) {
+	if err != nil && f.rootMayHelp(err) && up.createTemp(path) {
 		err = up.as(func() error { return up.setMetadata(md) })
 	}
 	if err != nil {

@@ -424,6 +424,44 @@ func TestRemove(t *testing.T) {
 	wantErr(t, err, connect.CodeInvalidArgument)
 }
 
+// Default mode, as the SDKs do it: files.makeDir in root's /app (root
+// makes it for the user), then rename and remove it, answer as upstream;
+// root's own file there stays refused (filesystem's
+// TestDefaultModeRemovesUsersOwnInRootDir and
+// TestDefaultModeMovesUsersOwnInRootDir).
+func TestDefaultModeRootDirOverConnect(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, filesystem.Options{})
+	app := t.TempDir()
+	for _, d := range []string{filepath.Dir(app), app} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := testutil.Context(t, waitLong)
+	if _, err := e.user.MakeDir(ctx, connect.NewRequest(&pb.MakeDirRequest{Path: app + "/sub/deep"})); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.user.Move(ctx, connect.NewRequest(&pb.MoveRequest{Source: app + "/sub", Destination: app + "/moved"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if en := res.Msg.GetEntry(); en.GetPath() != app+"/moved" || en.GetType() != pb.FileType_FILE_TYPE_DIRECTORY {
+		t.Errorf("entry %v", en)
+	}
+	if _, err := e.user.Remove(ctx, connect.NewRequest(&pb.RemoveRequest{Path: app + "/moved"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(app + "/moved"); !os.IsNotExist(err) {
+		t.Errorf("still there: %v", err)
+	}
+	testutil.WriteFile(t, app+"/roots.txt", "root's", 0o644)
+	_, err = e.user.Remove(ctx, connect.NewRequest(&pb.RemoveRequest{Path: app + "/roots.txt"}))
+	wantErr(t, err, connect.CodePermissionDenied, "user 'user' may not remove "+app+"/roots.txt")
+	_, err = e.user.Move(ctx, connect.NewRequest(&pb.MoveRequest{Source: app + "/roots.txt", Destination: app + "/mine.txt"}))
+	wantErr(t, err, connect.CodePermissionDenied, "user 'user' may not move "+app+"/roots.txt to "+app+"/mine.txt")
+}
+
 func TestUnknownUser(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filesystem.Options{})
