@@ -11,14 +11,15 @@ import (
 	"github.com/envd-dev/envd/internal/testutil"
 )
 
-// TestRestartAbandonedKeepsSetup: a restart whose caller gives up (its
-// HTTP client disconnects, its Connect deadline passes) while the Jupyter
-// server restarts the kernel must still leave the context as a restart
-// does: its working directory and the sandbox-wide env vars set again, or
-// the loss of its state told. The server finishes the restart whatever
-// its client does.
-func TestRestartAbandonedKeepsSetup(t *testing.T) {
-	t.Parallel()
+// setupProbe prints a Python context's cwd, the sandbox-wide env var the
+// tests set, and whether x is defined: what a restart's setup restores and
+// what it loses.
+const setupProbe = `import os; print(os.getcwd(), os.environ.get("ENVD_TEST_GLOBAL"), "x" in globals())`
+
+// pythonIn creates a Python context of the shared engine in a fresh
+// directory; both go when the test ends.
+func pythonIn(t *testing.T) (string, *interpreter.Context) {
+	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "envd-abandon-")
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +30,19 @@ func TestRestartAbandonedKeepsSetup(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { removeContext(t, c.ID) })
-	probe := `import os; print(os.getcwd(), os.environ.get("ENVD_TEST_GLOBAL"), "x" in globals())`
+	return dir, c
+}
+
+// TestRestartAbandonedKeepsSetup: a restart whose caller gives up (its
+// HTTP client disconnects, its Connect deadline passes) while the Jupyter
+// server restarts the kernel must still leave the context as a restart
+// does: its working directory and the sandbox-wide env vars set again, or
+// the loss of its state told. The server finishes the restart whatever
+// its client does.
+func TestRestartAbandonedKeepsSetup(t *testing.T) {
+	t.Parallel()
+	dir, c := pythonIn(t)
+	probe := setupProbe
 	run(t, c.ID, "x = 1").mustOK(t)
 	if got, want := strings.TrimSpace(run(t, c.ID, probe).mustOK(t).out()), dir+" global value True"; got != want {
 		t.Fatalf("before: %q, want %q", got, want)
@@ -118,17 +131,8 @@ func TestRemoveAbandoned(t *testing.T) {
 // the sandbox-wide env.
 func TestConcurrentRestarts(t *testing.T) {
 	t.Parallel()
-	dir, err := os.MkdirTemp("/tmp", "envd-abandon-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	c, err := shared.eng.CreateContext(testutil.Context(t, kernelTimeout), "python", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { removeContext(t, c.ID) })
-	probe := `import os; print(os.getcwd(), os.environ.get("ENVD_TEST_GLOBAL"), "x" in globals())`
+	dir, c := pythonIn(t)
+	probe := setupProbe
 	for round := 0; round < 3; round++ {
 		run(t, c.ID, "x = 1").mustOK(t)
 		errs := make(chan error, 2)
