@@ -630,8 +630,8 @@ func TestCORS(t *testing.T) {
 			// The code API's errors (404 Context x not found, 400, 422)
 			// go through WriteReason: a browser drops an answer without
 			// Access-Control-Allow-Origin, and the SDK sees "Failed to
-			// fetch" instead of NotFoundError (code-interpreter-http.md
-			// §1.1 CORS).
+			// fetch" instead of NotFoundError (docs/wire.md: every
+			// answer to a request with an Origin).
 			name: "error answer with a reason phrase keeps CORS headers", method: "POST", path: "/reason",
 			hdr:        map[string]string{"Origin": "https://app.example"},
 			wantStatus: 400,
