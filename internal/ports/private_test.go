@@ -1,7 +1,6 @@
 package ports_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -331,26 +330,11 @@ func TestPrivateManyFDs(t *testing.T) {
 // descriptors until the test ends.
 func holdFDs(t *testing.T, n int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), holdFDsEnv+"="+strconv.Itoa(n))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, line := portstest.StartHelper(t, holdFDsEnv+"="+strconv.Itoa(n))
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	line := make(chan string, 1)
-	go func() {
-		l, _ := bufio.NewReader(out).ReadString('\n')
-		line <- strings.TrimSpace(l)
-	}()
 	if l := testutil.RequireReceive(t, line); l != "ready" {
 		t.Fatalf("the descriptor holder said %q", l)
 	}

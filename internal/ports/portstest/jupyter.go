@@ -36,7 +36,7 @@ type Jupyter struct {
 	Kernel     Kernel
 
 	cmd   *exec.Cmd
-	lines chan string // what the kernel prints after its facts
+	lines <-chan string // what the kernel prints after its facts
 }
 
 // Kernel is a fake kernel's listeners, all on 127.0.0.1, each a raw
@@ -64,13 +64,15 @@ type Kernel struct {
 	SubPID int    `json:"sub_pid"`
 }
 
-// StartJupyter starts a fake Jupyter server and its kernel, and returns
-// once every listener of theirs listens. All are killed, by pid, when the
-// test ends.
-func StartJupyter(t *testing.T) *Jupyter {
+// StartHelper starts the test binary again as a helper process, with env
+// (NAME=value) added, which the package's TestMain reads to play its part;
+// it dies with the test process (Pdeathsig). It returns the command, which
+// the caller ends, and the helper's stdout, a line at a time, closed at its
+// end.
+func StartHelper(t *testing.T, env string) (*exec.Cmd, <-chan string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), jupyterEnv+"=1")
+	cmd.Env = append(os.Environ(), env)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -80,19 +82,29 @@ func StartJupyter(t *testing.T) *Jupyter {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	j := &Jupyter{ServerPID: cmd.Process.Pid, cmd: cmd, lines: make(chan string, 8)}
-	t.Cleanup(j.kill)
+	lines := make(chan string, 8)
 	go func() {
 		r := bufio.NewReader(out)
 		for {
 			l, err := r.ReadString('\n')
 			if err != nil {
-				close(j.lines)
+				close(lines)
 				return
 			}
-			j.lines <- strings.TrimSpace(l)
+			lines <- strings.TrimSpace(l)
 		}
 	}()
+	return cmd, lines
+}
+
+// StartJupyter starts a fake Jupyter server and its kernel, and returns
+// once every listener of theirs listens. All are killed, by pid, when the
+// test ends.
+func StartJupyter(t *testing.T) *Jupyter {
+	t.Helper()
+	cmd, lines := StartHelper(t, jupyterEnv+"=1")
+	j := &Jupyter{ServerPID: cmd.Process.Pid, cmd: cmd, lines: lines}
+	t.Cleanup(j.kill)
 	port, err := strconv.ParseUint(testutil.RequireReceive(t, j.lines), 10, 16)
 	if err != nil {
 		t.Fatal("the fake Jupyter server's port:", err)

@@ -5,7 +5,6 @@
 package portstest
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -154,23 +153,9 @@ type Server struct {
 // It is killed when the test ends.
 func StartServer(t *testing.T, addr string) *Server {
 	t.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), serveEnv+"="+addr)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, line := StartHelper(t, serveEnv+"="+addr)
 	s := &Server{PID: cmd.Process.Pid, cmd: cmd}
 	t.Cleanup(s.Kill)
-	line := make(chan string, 1)
-	go func() {
-		l, _ := bufio.NewReader(out).ReadString('\n')
-		line <- strings.TrimSpace(l)
-	}()
 	l := testutil.RequireReceive(t, line)
 	p, err := strconv.ParseUint(l, 10, 16)
 	if err != nil {
