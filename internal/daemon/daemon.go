@@ -515,10 +515,7 @@ func (p *parts) stopChildren() {
 // returns how many it killed.
 func stopOrphans(grace context.Context) (killed int) {
 	signal := func(pid int, sig syscall.Signal) {
-		if pgid, err := syscall.Getpgid(pid); err == nil && pgid == pid {
-			syscall.Kill(-pid, sig)
-		}
-		syscall.Kill(pid, sig)
+		reaper.SignalChild(pid, sig, true) // and a leader's group
 	}
 	// The kernel tells nobody when a child appears: look again every poll.
 	const poll = 20 * time.Millisecond

@@ -297,7 +297,7 @@ func rootEquivalent(u *identity.User, paths []string, timeout time.Duration) (bo
 	select {
 	case ex = <-exitc:
 	case <-ctx.Done():
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		reaper.SignalChild(cmd.Process.Pid, syscall.SIGKILL, true) // nothing once it is reaped
 		<-exitc
 		// What it started may hold the pipe: do not wait for its end.
 		errR.SetReadDeadline(time.Now())

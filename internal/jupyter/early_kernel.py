@@ -61,7 +61,9 @@ class _EnvdEarly:
             lpc.return_port(early["info"][k])
         print("envd: early kernel %d discarded: %s" % (early["proc"].pid, why), file=_envd_sys_ek.stderr)
         try:
-            _envd_os_ek.killpg(early["proc"].pid, 9)  # its own session: the kernel and its children
+            # Its own session: the kernel and its children (by number only
+            # while the kernel is unreaped: kernel_groups.py).
+            _envd_signal_group(early["proc"], early["proc"].pid, 9)
         except OSError:
             pass
         try:

@@ -43,6 +43,11 @@ func startKernelIn(t testing.TB, c *jupyter.Client, spec, dir string, opts jupyt
 		t.Fatalf("connect kernel: %v", err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() && c == shared.client {
+			// What the kernel printed (an R error, a traceback) says why
+			// it died or did not answer.
+			shared.sup.LogOutputSince(m.ID, t.Name()+" failed")
+		}
 		_ = k.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

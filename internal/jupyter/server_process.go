@@ -44,6 +44,15 @@ var serverHooksPy []byte
 //go:embed kernel_exit.py
 var kernelExitPy []byte
 
+// kernelGroupsPy makes the server signal a kernel's process group by its
+// number only while the kernel is unreaped (its pid holds the number), and
+// after that only the members that were there before: never a group that
+// took the number since. Written after kernelExitPy; earlyKernelPy and
+// zygoteLaunchPy use it.
+//
+//go:embed kernel_groups.py
+var kernelGroupsPy []byte
+
 // earlyBootPy runs the server (in place of python3 -m jupyter_server),
 // first launching the kernel envd will ask for first, so that the two
 // start side by side; earlyKernelPy, in the server's config, hands that
@@ -250,6 +259,7 @@ func (s *Supervisor) writeConfig(token string) error {
 		py = append(py, serverConfigPy...)
 	}
 	py = append(py, kernelExitPy...)
+	py = append(py, kernelGroupsPy...)
 	py = append(py, kernelPortsPy...)
 	py = append(py, earlyKernelPy...)
 	py = append(py, zygoteStartPy...)

@@ -41,8 +41,10 @@
 # a JSON request {"argv": [...], "env": {...}, "cwd": "..."} with three file
 # descriptors (SCM_RIGHTS: stdin, stdout, stderr); the zygote answers
 # {"pid": N} (or {"error": "..."}), waits for one byte (the client has the
-# pid in hand), and sends {"exit": CODE} when the kernel ends (CODE as
-# Popen's returncode: the exit status, or minus the signal).
+# pid in hand), and sends {"exit": CODE, "reaped_ns": T} when the kernel
+# ends (CODE as Popen's returncode: the exit status, or minus the signal;
+# T the CLOCK_BOOTTIME just before the zygote reaped it, after which its
+# pid may be another process's: see kernel_groups.py).
 import sys
 
 _envd_z_startup = frozenset(sys.modules)  # what any `python3 ...` has loaded before its code runs
@@ -123,6 +125,7 @@ import selectors  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import struct  # noqa: E402
+import time  # noqa: E402
 
 _ModuleSpec = sys.modules["_frozen_importlib"].ModuleSpec
 
@@ -492,6 +495,7 @@ def _envd_z_serve(path, restorer, keep):
 
 def _envd_z_reap(kids):
     for pid in list(kids):
+        before = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
         try:
             got, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
@@ -504,7 +508,7 @@ def _envd_z_reap(kids):
             conn.setblocking(True)
             conn.settimeout(1)
             try:
-                _envd_z_send(conn, {"exit": code})
+                _envd_z_send(conn, {"exit": code, "reaped_ns": before})
             except OSError:
                 pass
             conn.close()

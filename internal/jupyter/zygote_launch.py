@@ -63,7 +63,7 @@ class _EnvdForked:
                 (n,) = _envd_struct_zl.unpack("!I", self.buf[:4])
                 if len(self.buf) >= 4 + n:
                     msg = _envd_json_zl.loads(self.buf[4 : 4 + n])
-                    self._end(int(msg.get("exit", -_envd_signal_zl.SIGKILL)))
+                    self._end(int(msg.get("exit", -_envd_signal_zl.SIGKILL)), msg.get("reaped_ns"))
             return
         # The zygote is gone without a word: its kernel may live on
         # (reparented); its end is then seen on its pidfd, its status not.
@@ -74,7 +74,9 @@ class _EnvdForked:
         if r:
             self._end(-_envd_signal_zl.SIGKILL)
 
-    def _end(self, code):
+    def _end(self, code, reaped_ns=None):
+        # When the pid was given back (kernel_groups.py): 0 if unknown.
+        self.envd_reaped_ns = reaped_ns if isinstance(reaped_ns, int) else 0
         self.returncode = code
         self.sock.close()
         if self.pidfd is not None:
@@ -191,7 +193,8 @@ class _EnvdZygotes:
             del self.zygotes[key]
         print("envd: zygote %d discarded: not asked for a kernel in time" % z.proc.pid, file=_envd_sys_zl.stderr)
         try:
-            _envd_os_zl.killpg(z.proc.pid, _envd_signal_zl.SIGKILL)  # its own session
+            # Its own session (by number only while unreaped: kernel_groups.py).
+            _envd_signal_group(z.proc, z.proc.pid, _envd_signal_zl.SIGKILL)
         except OSError:
             pass
         try:

@@ -109,7 +109,7 @@ func run(ctx context.Context, c command, out func(kind uint8, p []byte)) (exitIn
 	select {
 	case info.exit = <-exitc:
 	case <-ctx.Done():
-		syscall.Kill(-pid, syscall.SIGKILL)
+		reaper.SignalChild(pid, syscall.SIGKILL, true) // nothing once it is reaped
 		info.killed = true
 		info.exit = <-exitc
 	}

@@ -315,3 +315,23 @@ func Children() []int {
 	self := os.Getpid()
 	return procstat.Select(func(st procstat.Stat) bool { return st.PPid == self })
 }
+
+// SignalChild sends sig to pid, a child of envd (started, adopted or
+// reparented to it), and with group to the process group pid leads if it
+// leads one, holding reaping off meanwhile: an unreaped child holds its
+// pid, and so its group's number, which then cannot be another process's
+// or group's. Once pid is reaped (its number may be anyone's since) it
+// sends nothing and reports false. Children started without the reap loop
+// (no Enable) are reaped by exec's Wait instead, which this cannot hold.
+func SignalChild(pid int, sig syscall.Signal, group bool) bool {
+	reapMu.Lock()
+	defer reapMu.Unlock()
+	st, err := procstat.Read(pid)
+	if err != nil || st.PPid != os.Getpid() {
+		return false
+	}
+	if group && st.PGrp == pid {
+		_ = syscall.Kill(-pid, sig)
+	}
+	return syscall.Kill(pid, sig) == nil
+}

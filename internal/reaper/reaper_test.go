@@ -509,3 +509,62 @@ func TestStartsDoNotWaitForEachOther(t *testing.T) {
 		t.Errorf("%d exits still kept with no Start in flight", n)
 	}
 }
+
+// SignalChild reaches a child of ours and the group it leads, and nothing
+// once the child is reaped or for a process that is not our child, even
+// one leading a group: its number could be a reused pid's.
+func TestSignalChild(t *testing.T) {
+	t.Parallel()
+	// A leader whose group holds a background job, and a process it
+	// started in a session of its own (a leader, not our child).
+	cmd := exec.Command("/bin/sh", "-c", "sleep 60 & setsid sleep 60 & echo $!; wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := reaper.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(stranger, syscall.SIGKILL) })
+	// setsid may not have run yet: wait for it to lead its own group.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, err := procstat.Read(stranger); err == nil && st.PGrp == stranger {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the setsid'd sleep %d never led its group", stranger)
+		}
+	}
+	if reaper.SignalChild(stranger, syscall.SIGKILL, true) {
+		t.Errorf("SignalChild signalled %d, which is not our child", stranger)
+	}
+	pid := cmd.Process.Pid
+	if !reaper.SignalChild(pid, syscall.SIGKILL, true) {
+		t.Fatalf("SignalChild(%d) sent nothing to a live child", pid)
+	}
+	if e := waitExit(t, ch); e.Status.Signal() != syscall.SIGKILL {
+		t.Errorf("the leader ended %q, want SIGKILL", e)
+	}
+	// The background job, in the leader's group, went with it.
+	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(-pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("group %d still has members after SignalChild", pid)
+		}
+	}
+	if reaper.SignalChild(pid, syscall.SIGKILL, true) {
+		t.Errorf("SignalChild(%d) signalled after the child was reaped", pid)
+	}
+	if st, err := procstat.Read(stranger); err != nil || st.State == 'Z' {
+		t.Errorf("the process that is not our child did not survive: %v %+v", err, st)
+	}
+}
