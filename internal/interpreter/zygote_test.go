@@ -5,10 +5,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/envd-dev/envd/internal/interpreter"
 	"github.com/envd-dev/envd/internal/jupyter"
+	"github.com/envd-dev/envd/internal/procstat"
 )
 
 // forkedProbe prints what the zygote would change if it were careless:
@@ -141,5 +144,53 @@ print(any(os.path.realpath("/proc/self/fd/" + f) == ` + strconv.Quote(path) + ` 
 	}
 	if al[2] != "True" || bl[2] != "False" {
 		t.Errorf("an open file leaked between contexts: first %q, second %q", al[2], bl[2])
+	}
+}
+
+// A kernel that dies while it has a child in its process group is
+// restarted, and the child goes with the dead kernel, for a kernel forked
+// from the zygote as for one started: once the kernel is reaped its
+// group is signalled member by member, never by its number, which may be
+// another group's since (the zygote's word says when it reaped the
+// kernel).
+func TestDeadKernelsChildGoesWithIt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		zygote *jupyter.Zygote
+	}{{"started", nil}, {"forked", jupyter.DefaultZygote()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, eng, ctx := ownStackZygote(t, tc.zygote, nil)
+			c, err := eng.CreateContext(ctx, "python", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, _ := runOn(t, eng, c.ID, "import subprocess, time\np = subprocess.Popen(['sleep', '300'])\ntime.sleep(0.2)\nprint(p.pid)")
+			child, err := strconv.Atoi(strings.TrimSpace(out))
+			if err != nil {
+				t.Fatalf("child pid %q: %v", out, err)
+			}
+			t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+			_, rd, err := eng.Execute(ctx, interpreter.ExecuteRequest{Code: "import os\nos._exit(1)", ContextID: c.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if end := endOf(collect(t, rd)); end.Reason != interpreter.EndKernelDied {
+				t.Fatalf("the exit ended %+v, want a kernel death", end)
+			}
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				st, err := procstat.Read(child)
+				if err != nil || st.State == 'Z' || st.Comm != "sleep" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the dead kernel's child %d still runs: %+v", child, st)
+				}
+			}
+			if out, _ := runOn(t, eng, c.ID, "print('back')"); strings.TrimSpace(out) != "back" {
+				t.Errorf("after the restart: %q", out)
+			}
+		})
 	}
 }

@@ -18,6 +18,7 @@
 # started before the reap are signalled (what the kernel left behind),
 # each through a pidfd: a newcomer under the reused number started after.
 import os as _envd_os_kg
+import select as _envd_select_kg
 import signal as _envd_signal_kg
 import time as _envd_time_kg
 
@@ -39,10 +40,31 @@ def _envd_reaped_ns(proc):
         before = _envd_boottime_ns()
         proc.poll()
         if proc.returncode is None:
-            return None
+            if not _envd_ended(proc):
+                return None
+            # A zygote's kernel that ended: the zygote reaps it at once,
+            # and its word follows (read by poll): wait for it.
+            try:
+                proc.wait(timeout=1)
+            except Exception:
+                pass
+            if proc.returncode is None:
+                return 0
         if getattr(proc, "envd_reaped_ns", None) is None:
             proc.envd_reaped_ns = before
     return getattr(proc, "envd_reaped_ns", None) or 0
+
+
+def _envd_ended(proc):
+    """Whether proc, not the server's own child (a zygote's kernel, with
+    a pidfd), has ended: its pidfd reads ready once it exits."""
+    fd = getattr(proc, "pidfd", None)
+    if fd is None:
+        return False
+    try:
+        return bool(_envd_select_kg.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 def _envd_stat(pid):

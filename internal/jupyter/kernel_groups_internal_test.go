@@ -77,6 +77,34 @@ async def main():
         time.sleep(0.01)
     print("left-behind alive:", alive(left[0]))
 
+    # A zygote's kernel (zygote_launch.py's _EnvdForked): not the server's
+    # child. The zygote reaped it and a newcomer took its number before the
+    # server read the zygote's word: its pidfd says it ended.
+    class Forked:
+        def __init__(self, p):
+            self.pid, self.returncode, self.pidfd = p.pid, None, os.pidfd_open(p.pid)
+        def poll(self):
+            return self.returncode  # the word is not read yet
+        def wait(self, timeout=None):
+            self.returncode, self.envd_reaped_ns = 1, self.reaped  # now it is
+            return 1
+    z = leader("import os; os._exit(1)")
+    forked = Forked(z)
+    forked.reaped = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+    z.wait()  # as the zygote does
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(z.pid - 1))
+    newcomer = leader("import time; print('up', flush=True); time.sleep(60)")
+    assert newcomer.pid == z.pid, (newcomer.pid, z.pid)
+    newcomer.stdout.readline()
+    prov = LocalProvisioner(kernel_id="k3")
+    prov.process, prov.pgid = forked, z.pid
+    await prov.send_signal(signal.SIGINT)  # an interrupt before the server polled
+    time.sleep(0.2)
+    print("forked newcomer alive:", alive(newcomer.pid))
+    newcomer.kill()
+    newcomer.wait()
+
 asyncio.run(main())
 `
 
@@ -105,6 +133,9 @@ func TestRestartSignalsOnlyTheDeadKernelsGroup(t *testing.T) {
 	}
 	if !strings.Contains(out, "left-behind alive: False") {
 		t.Errorf("the dead kernel's restart left its child running:\n%s", out)
+	}
+	if !strings.Contains(out, "forked newcomer alive: True") {
+		t.Errorf("an interrupt of a zygote's kernel the zygote had reaped signalled the group that took its number:\n%s", out)
 	}
 	// Without the hook, jupyter_client's own signals reach the newcomer:
 	// the script does reproduce what the hook prevents.
