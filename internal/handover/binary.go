@@ -183,7 +183,7 @@ func (b *Binary) Preflight(ctx context.Context, args []string) (Info, error) {
 	select {
 	case ex = <-exitc:
 	case <-ctx.Done():
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		reaper.SignalChild(cmd.Process.Pid, syscall.SIGKILL, true) // nothing once it is reaped
 		<-exitc
 		return Info{}, errkind.Errorf(ErrRefused, "preflight of %s: no answer to -%s within %v", b.Path, CheckFlag, PreflightTimeout)
 	}
