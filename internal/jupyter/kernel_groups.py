@@ -1,5 +1,6 @@
-# Written by envd into JUPYTER_CONFIG_DIR, after kernel_exit.py and before
-# early_kernel.py (which uses _envd_signal_group).
+# Written by envd into JUPYTER_CONFIG_DIR, after server_hooks.py (whose
+# _envd_signal_each it uses) and kernel_exit.py, before early_kernel.py and
+# zygote_launch.py (which use _envd_signal_group).
 #
 # jupyter_client signals a kernel's process group by number: the
 # interrupt and the kill of every restart and shutdown (os.killpg of the
@@ -19,7 +20,6 @@
 # each through a pidfd: a newcomer under the reused number started after.
 import os as _envd_os_kg
 import select as _envd_select_kg
-import signal as _envd_signal_kg
 import time as _envd_time_kg
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner as _envd_LP_kg
@@ -79,26 +79,12 @@ def _envd_signal_left(pgid, reaped_ns, sig):
     """Signals each process of group pgid that started before reaped_ns;
     returns how many were signalled."""
     limit = reaped_ns * _ENVD_KG_HZ // 1_000_000_000
-    n = 0
-    for name in _envd_os_kg.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            fd = _envd_os_kg.pidfd_open(int(name))
-        except OSError:
-            continue  # gone
-        try:
-            # Read after the pidfd is open: if this is still the process
-            # it names, the pidfd is its; if not, the signal finds nobody.
-            group, start = _envd_stat(int(name))
-            if group == pgid and start < limit:
-                _envd_signal_kg.pidfd_send_signal(fd, sig)
-                n += 1
-        except (OSError, ValueError, IndexError):
-            pass
-        finally:
-            _envd_os_kg.close(fd)
-    return n
+
+    def left(pid):
+        group, start = _envd_stat(pid)
+        return group == pgid and start < limit
+
+    return _envd_signal_each(left, sig)
 
 
 def _envd_signal_group(proc, pgid, sig):

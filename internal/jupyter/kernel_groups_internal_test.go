@@ -9,7 +9,8 @@ import (
 )
 
 // kernelGroupsScript plays jupyter_client's restart of a kernel that died,
-// with the real LocalProvisioner and kernel_groups.py loaded (argv[1]), in
+// with the real LocalProvisioner and kernel_groups.py loaded (argv[1], after
+// server_hooks.py), in
 // a PID namespace of its own (it steers ns_last_pid): the restarter's poll
 // reaps the dead kernel, then its interrupt and kill go to the kernel's
 // group. A process that took the dead kernel's pid as its own group's
@@ -114,8 +115,10 @@ func TestRestartSignalsOnlyTheDeadKernelsGroup(t *testing.T) {
 		t.Skip("needs root: makes a PID namespace")
 	}
 	dir := t.TempDir()
+	// As in the server's config: kernel_groups.py uses server_hooks.py's
+	// _envd_signal_each.
 	hook := filepath.Join(dir, "kernel_groups.py")
-	if err := os.WriteFile(hook, kernelGroupsPy, 0o644); err != nil {
+	if err := os.WriteFile(hook, append(append([]byte{}, serverHooksPy...), kernelGroupsPy...), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	run := func(args ...string) string {

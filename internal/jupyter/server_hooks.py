@@ -27,28 +27,39 @@ _envd_marker = ("ENVD_JUPYTER_RUN=" + _envd_marker).encode() if _envd_marker els
 _envd_grace = float(_envd_os.environ.get("ENVD_JUPYTER_ORPHAN_GRACE") or 10)
 
 
+def _envd_signal_each(keep, sig, skip=()):
+    """Signals through a pidfd each process (but those in skip) for which
+    keep(pid) holds, asked after its pidfd is open: the pidfd is then the
+    process keep saw, or one that ended, which the signal does not reach.
+    Returns how many were signalled. kernel_groups.py uses it too."""
+    n = 0
+    for name in _envd_os.listdir("/proc"):
+        if not name.isdigit() or int(name) in skip:
+            continue
+        try:
+            fd = _envd_os.pidfd_open(int(name))
+        except OSError:
+            continue  # gone
+        try:
+            if keep(int(name)):
+                _envd_signal.pidfd_send_signal(fd, sig)
+                n += 1
+        except (OSError, ValueError, IndexError):
+            pass  # exited, or not ours to read
+        finally:
+            _envd_os.close(fd)
+    return n
+
+
+def _envd_has_marker(pid):
+    with open("/proc/%d/environ" % pid, "rb") as f:
+        return _envd_marker in f.read().split(b"\0")
+
+
 def _envd_kill_run():
     me = _envd_os.getpid()
     for _ in range(5):  # a process can fork while we look
-        killed = 0
-        for name in _envd_os.listdir("/proc"):
-            if not name.isdigit() or int(name) == me:
-                continue
-            try:
-                fd = _envd_os.pidfd_open(int(name))
-            except OSError:
-                continue  # gone
-            try:
-                with open("/proc/%s/environ" % name, "rb") as f:
-                    env = f.read().split(b"\0")
-                if _envd_marker in env:
-                    _envd_signal.pidfd_send_signal(fd, _envd_signal.SIGKILL)
-                    killed += 1
-            except OSError:
-                pass  # exited, or not ours to read
-            finally:
-                _envd_os.close(fd)
-        if not killed:
+        if not _envd_signal_each(_envd_has_marker, _envd_signal.SIGKILL, skip=(me,)):
             break
     _envd_os.kill(me, _envd_signal.SIGKILL)
 

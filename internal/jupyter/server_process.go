@@ -47,8 +47,8 @@ var kernelExitPy []byte
 // kernelGroupsPy makes the server signal a kernel's process group by its
 // number only while the kernel is unreaped (its pid holds the number), and
 // after that only the members that were there before: never a group that
-// took the number since. Written after kernelExitPy; earlyKernelPy and
-// zygoteLaunchPy use it.
+// took the number since. Written after serverHooksPy (whose pidfd walk it
+// uses) and kernelExitPy; earlyKernelPy and zygoteLaunchPy use it.
 //
 //go:embed kernel_groups.py
 var kernelGroupsPy []byte
