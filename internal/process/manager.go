@@ -385,9 +385,10 @@ func (p *Process) spawn(cmd *exec.Cmd, childEnds []*os.File, o StartOptions) (<-
 // the members of p's cgroup, looked at again until none is new. A process
 // forked after its parent was set inherits the value. One forked while it
 // was set can have copied the old value and still be on its way into the
-// cgroup: the members are looked at again a few times, over about 30 ms
-// (a loaded machine once left a shell's child out). It runs on a goroutine
-// of its own, beside the start event, and ends within about 31 ms, or
+// cgroup: the members are looked at again ten times, at doubling intervals
+// over about a second (a loaded machine left a shell's child out when the
+// last look was 31 ms after the start, twice). It runs on a goroutine of
+// its own, beside the start event, and ends within about a second, or
 // once p's life ended: its cgroup may then be handed to another process.
 func (m *Manager) setOOMScore(p *Process) {
 	if err := cgroup.SetOOMScoreAdj(int(p.pid), m.opts.OOMScoreAdj); err != nil {
@@ -402,7 +403,7 @@ func (m *Manager) setOOMScore(p *Process) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	<-t.C
-	for d := time.Millisecond; d <= 16*time.Millisecond; d *= 2 {
+	for d := time.Millisecond; d <= 512*time.Millisecond; d *= 2 {
 		t.Reset(d)
 		select {
 		case <-t.C:
