@@ -106,12 +106,11 @@ async def _envd_poll_kg(self):
 
 async def _envd_send_signal_kg(self, signum):
     proc = self.process
-    if proc is None or not self.pgid or _envd_reaped_ns(proc) is None:
+    reaped = None if proc is None or not self.pgid else _envd_reaped_ns(proc)
+    if reaped is None:
         return await _envd_LP_kg._envd_orig_send_signal(self, signum)
-    try:
-        _envd_signal_group(proc, self.pgid, signum)
-    except ProcessLookupError:
-        pass  # as the original's signal to an ended process
+    # Nobody left is not an error: as the original's signal to an ended process.
+    _envd_signal_left(self.pgid, reaped, signum)
 
 
 if not hasattr(_envd_LP_kg, "_envd_orig_send_signal"):
